@@ -1,0 +1,43 @@
+"""gpchol: a differentiable tiled Cholesky factorization and exact Gaussian processes for JAX.
+
+The public API is flat: everything a user needs is named here; ``gpchol.kernels``,
+``gpchol.means`` and ``gpchol.datasets`` are public submodules.
+"""
+
+from . import datasets, kernels, means
+from ._cholesky import cholesky, cholesky_with_status
+from ._errors import NotPositiveDefiniteError
+from ._means import as_mean
+from ._solve import cho_inverse, cho_solve, logdet, mvn_logpdf, solve_triangular
+from ._transforms import (
+    Bounded,
+    Identity,
+    Positive,
+    Transform,
+    to_constrained,
+    to_unconstrained,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Bounded",
+    "Identity",
+    "NotPositiveDefiniteError",
+    "Positive",
+    "Transform",
+    "__version__",
+    "as_mean",
+    "cho_inverse",
+    "cho_solve",
+    "cholesky",
+    "cholesky_with_status",
+    "datasets",
+    "kernels",
+    "logdet",
+    "means",
+    "mvn_logpdf",
+    "solve_triangular",
+    "to_constrained",
+    "to_unconstrained",
+]

@@ -1,0 +1,29 @@
+"""Exceptions raised by gpchol."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["NotPositiveDefiniteError"]
+
+
+class NotPositiveDefiniteError(np.linalg.LinAlgError):
+    """A matrix that should be symmetric positive definite is not.
+
+    Raised by :func:`gpchol.cholesky` with ``check=True`` (outside ``jit``). It is a
+    subclass of :class:`numpy.linalg.LinAlgError` (and so of :class:`ValueError`).
+
+    Attributes:
+        pivot: 1-based index of the first failing pivot (LAPACK's ``info``), for the
+            first failing batch element.
+        batch_index: index (tuple) of that batch element; ``()`` for an unbatched input.
+        min_diagonal: the smallest diagonal entry of the input matrix (of that element).
+        jitter: the jitter values that were tried, if any.
+    """
+
+    def __init__(self, message, *, pivot, batch_index=(), min_diagonal=None, jitter=()):
+        super().__init__(message)
+        self.pivot = int(pivot)
+        self.batch_index = tuple(batch_index)
+        self.min_diagonal = min_diagonal
+        self.jitter = tuple(jitter)

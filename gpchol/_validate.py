@@ -1,0 +1,65 @@
+"""Input checks shared by the public functions (clear errors, never ``assert``)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def as_float_array(x, name: str):
+    """Return ``x`` as a JAX array of a supported float dtype, or raise ``TypeError``.
+
+    Python scalars and integer NumPy inputs are refused rather than silently cast, so
+    that the dtype a user gets back is the dtype they passed.
+    """
+    if not hasattr(x, "dtype"):
+        x = np.asarray(x)
+    dtype = np.dtype(x.dtype)
+    if dtype.kind in "iub":
+        raise TypeError(
+            f"{name} has integer or boolean dtype {dtype}; pass a floating-point array "
+            "(float32 or float64), e.g. `jnp.asarray(x, jnp.float64)`."
+        )
+    if dtype.kind == "c":
+        raise TypeError(
+            f"{name} is complex ({dtype}); gpchol supports real float32/float64 matrices only."
+        )
+    if dtype not in _FLOATS:
+        raise TypeError(
+            f"{name} has dtype {dtype}; gpchol supports float32 and float64. "
+            f"Convert it first, e.g. `{name}.astype(jnp.float32)`."
+        )
+    return x if isinstance(x, jnp.ndarray) else jnp.asarray(x)
+
+
+def check_square(a, name: str = "a"):
+    """Raise ``ValueError`` unless ``a`` has shape ``(..., n, n)``."""
+    if a.ndim < 2:
+        raise ValueError(
+            f"{name} must have shape (..., n, n) with at least 2 dimensions; got shape "
+            f"{tuple(a.shape)}. For a 1x1 matrix pass `x.reshape(1, 1)`."
+        )
+    if a.shape[-1] != a.shape[-2]:
+        raise ValueError(
+            f"{name} must be square in its last two dimensions; got shape {tuple(a.shape)}."
+        )
+
+
+def check_tile_size(tile_size, name: str = "tile_size"):
+    """Validate an optional tile size; returns it as ``int`` or ``None``."""
+    if tile_size is None:
+        return None
+    if isinstance(tile_size, bool) or not isinstance(tile_size, (int, np.integer)):
+        raise TypeError(f"{name} must be a positive int or None; got {tile_size!r}.")
+    if tile_size < 1:
+        raise ValueError(f"{name} must be >= 1; got {tile_size}.")
+    return int(tile_size)
+
+
+def is_concrete(*xs) -> bool:
+    """True when no argument is a JAX tracer (so values can be read on the host)."""
+    from jax.core import Tracer
+
+    return not any(isinstance(x, Tracer) for x in xs)

@@ -1,0 +1,260 @@
+"""gpchol.cholesky / cholesky_with_status: values, derivatives, transformations, failures."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import random_spd
+from jax.test_util import check_grads
+
+import gpchol
+
+BACKENDS = ["xla", "tiled"]
+EPS = {np.float32: np.finfo(np.float32).eps, np.float64: np.finfo(np.float64).eps}
+# Elementwise tolerance against a float64 reference, relative to max |L|.
+VALUE_TOL = {np.float32: 2e-5, np.float64: 1e-12}
+
+
+def residual_ratio(a, L):
+    """LAPACK's test ratio ||A - L L^T|| / (n ||A|| eps) (computed in float64)."""
+    a = np.asarray(a, np.float64)
+    L64 = np.asarray(L, np.float64)
+    n = a.shape[-1]
+    eps = EPS[np.dtype(L.dtype).type]
+    res = np.linalg.norm(a - L64 @ L64.T, 1)
+    return res / (n * np.linalg.norm(a, 1) * eps)
+
+
+# ---------------------------------------------------------------------------- values
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "n, tile",
+    [(0, None), (1, None), (2, 1), (7, 3), (7, 7), (64, 16), (64, 20), (300, 64), (300, 100)]
+    + [(1000, 128), (1000, 300)],
+)
+def test_values_against_numpy(rng, backend, dtype, n, tile):
+    a = random_spd(rng, n, dtype=dtype)
+    L = gpchol.cholesky(a, backend=backend, tile_size=tile)
+    assert L.dtype == dtype and L.shape == (n, n)
+    ref = np.linalg.cholesky(a.astype(np.float64)) if n else np.zeros((0, 0))
+    if n:
+        err = np.max(np.abs(np.asarray(L, np.float64) - ref)) / np.max(np.abs(ref))
+        assert err < VALUE_TOL[dtype] * max(1, n / 64)
+        assert residual_ratio(a, L) < 30
+        assert np.all(np.triu(np.asarray(L), 1) == 0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reads_symmetrized_input(rng, backend):
+    a = random_spd(rng, 9)
+    skew = rng.standard_normal((9, 9))
+    skew = skew - skew.T
+    L = gpchol.cholesky(a + 1e-3 * skew, backend=backend, tile_size=4)
+    np.testing.assert_allclose(L, np.linalg.cholesky(a), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_batch_shapes_and_vmap(rng, backend):
+    a = random_spd(rng, 10, batch=(2, 3))
+    L = gpchol.cholesky(a, backend=backend, tile_size=4)
+    assert L.shape == (2, 3, 10, 10)
+    np.testing.assert_allclose(L, np.linalg.cholesky(a), rtol=1e-12, atol=1e-12)
+    Lv = jax.vmap(jax.vmap(lambda x: gpchol.cholesky(x, backend=backend, tile_size=4)))(a)
+    np.testing.assert_allclose(Lv, L, rtol=1e-13, atol=1e-14)
+    Lj = jax.jit(lambda x: gpchol.cholesky(x, backend=backend, tile_size=4))(a)
+    np.testing.assert_allclose(Lj, L, rtol=1e-13, atol=1e-14)
+
+
+# ---------------------------------------------------------------------------- gradients
+
+
+def _loss_fn(chol, w):
+    return lambda a: jnp.sum(jnp.sin(chol(a)) * w) + jnp.sum(jnp.log(jnp.diagonal(chol(a))))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n, tile", [(1, None), (5, 2), (33, 8), (64, 16), (300, 64), (1000, 200)])
+def test_gradient_equals_jax(rng, backend, n, tile):
+    a = random_spd(rng, n)
+    w = rng.standard_normal((n, n))
+    ours = jax.grad(_loss_fn(lambda x: gpchol.cholesky(x, backend=backend, tile_size=tile), w))
+    theirs = jax.grad(_loss_fn(jnp.linalg.cholesky, w))
+    g1, g2 = ours(a), theirs(a)
+    rel = np.max(np.abs(g1 - g2)) / np.max(np.abs(g2))
+    assert rel < 1e-10
+    np.testing.assert_allclose(g1, np.swapaxes(g1, -1, -2), rtol=0, atol=1e-12 * np.abs(g1).max())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_mode_equals_jax(rng, backend):
+    n = 20
+    a = random_spd(rng, n)
+    t = rng.standard_normal((n, n))
+    ours = jax.jvp(lambda x: gpchol.cholesky(x, backend=backend, tile_size=6), (a,), (t,))[1]
+    theirs = jax.jvp(jnp.linalg.cholesky, (a,), (t,))[1]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n, tile", [(4, 2), (9, 4)])
+def test_check_grads_orders_1_and_2(rng, backend, n, tile):
+    a = random_spd(rng, n)
+    f = lambda x: gpchol.cholesky(x, backend=backend, tile_size=tile)  # noqa: E731
+    check_grads(f, (a,), order=2, modes=("fwd", "rev"), eps=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hessian_equals_jax(rng, backend):
+    n = 6
+    a = random_spd(rng, n)
+    w = rng.standard_normal((n, n))
+    h1 = jax.hessian(_loss_fn(lambda x: gpchol.cholesky(x, backend=backend, tile_size=4), w))(a)
+    h2 = jax.hessian(_loss_fn(jnp.linalg.cholesky, w))(a)
+    np.testing.assert_allclose(h1, h2, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_grad_of_vmap_and_jit(rng, backend):
+    a = random_spd(rng, 12, batch=(4,))
+    w = rng.standard_normal((12, 12))
+
+    def loss(chol):
+        return lambda x: jnp.sum(jax.vmap(lambda m: jnp.sum(chol(m) * w))(x))
+
+    ours = jax.jit(jax.grad(loss(lambda m: gpchol.cholesky(m, backend=backend, tile_size=5))))
+    theirs = jax.grad(loss(jnp.linalg.cholesky))
+    np.testing.assert_allclose(ours(a), theirs(a), rtol=1e-10, atol=1e-12)
+    # vmap of grad
+    g = jax.vmap(jax.grad(lambda m: jnp.sum(gpchol.cholesky(m, backend=backend) * w)))(a)
+    g2 = jax.vmap(jax.grad(lambda m: jnp.sum(jnp.linalg.cholesky(m) * w)))(a)
+    np.testing.assert_allclose(g, g2, rtol=1e-10, atol=1e-12)
+
+
+def test_float32_gradient(rng):
+    a = random_spd(rng, 40, dtype=np.float32)
+    w = rng.standard_normal((40, 40)).astype(np.float32)
+    g1 = jax.grad(_loss_fn(lambda x: gpchol.cholesky(x, tile_size=16, backend="tiled"), w))(a)
+    g2 = jax.grad(_loss_fn(jnp.linalg.cholesky, w))(a.astype(np.float64))
+    assert g1.dtype == np.float32
+    assert np.max(np.abs(g1 - g2)) / np.max(np.abs(g2)) < 1e-4
+
+
+def test_residual_is_only_the_factor(rng):
+    """The reverse pass keeps L (n x n) and nothing else of size n x n."""
+    n = 40
+    a = random_spd(rng, n)
+    _, vjp = jax.vjp(lambda x: gpchol.cholesky(x, backend="tiled", tile_size=8), a)
+    big = [x for x in jax.tree_util.tree_leaves(vjp) if getattr(x, "size", 0) >= n * n]
+    assert len(big) == 1
+
+
+# ---------------------------------------------------------------------------- failures
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("pivot, tile", [(1, 4), (4, 4), (5, 4), (7, 3), (10, 4), (10, 10)])
+def test_status_is_first_failing_pivot(rng, backend, pivot, tile):
+    n = 10
+    a = random_spd(rng, n)
+    # Make the leading minor of order `pivot` singular-and-then-negative: replace row and
+    # column pivot-1 so that its Schur complement is -1.
+    L = np.linalg.cholesky(a)
+    L[pivot - 1, pivot - 1] = 0.0
+    b = L @ L.T
+    b[pivot - 1, pivot - 1] -= 1.0
+    Lf, status = gpchol.cholesky_with_status(b, backend=backend, tile_size=tile)
+    assert int(status) == pivot
+    assert np.all(np.isnan(Lf))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_status_batched_under_jit(backend):
+    a = np.stack([np.eye(6), np.diag([1.0, 1, 1, -1, 1, 1]), np.diag([1.0, 1, 1, 1, 1, np.nan])])
+    f = jax.jit(lambda x: gpchol.cholesky_with_status(x, backend=backend, tile_size=4))
+    L, status = f(a)
+    assert status.tolist() == [0, 4, 6]
+    assert np.all(np.isfinite(L[0])) and np.all(np.isnan(L[1])) and np.all(np.isnan(L[2]))
+
+
+def test_check_raises_with_pivot():
+    a = np.diag([2.0, 1.0, -3.0, 1.0])
+    with pytest.raises(gpchol.NotPositiveDefiniteError, match="pivot 3") as e:
+        gpchol.cholesky(a, check=True)
+    assert e.value.pivot == 3 and e.value.min_diagonal == -3.0
+    assert "jitter" in str(e.value)
+    assert isinstance(e.value, ValueError)
+
+
+def test_check_inside_jit_says_use_status():
+    with pytest.raises(ValueError, match="cholesky_with_status"):
+        jax.jit(lambda x: gpchol.cholesky(x, check=True))(np.eye(3))
+
+
+def test_check_passes_on_pd(rng):
+    a = random_spd(rng, 5)
+    np.testing.assert_allclose(gpchol.cholesky(a, check=True), np.linalg.cholesky(a))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_jitter_schedule(backend):
+    a = np.array([[1.0, 1.0], [1.0, 1.0]])  # singular
+    L, status, used = gpchol.cholesky_with_status(a, jitter=(0.0, 1e-10, 1e-3), backend=backend)
+    assert int(status) == 0 and float(used) in (1e-10, 1e-3)
+    np.testing.assert_allclose(L @ L.T, a + float(used) * np.eye(2), rtol=1e-12)
+    _, status2, used2 = jax.jit(
+        lambda x: gpchol.cholesky_with_status(x, jitter=(-0.0, 1e-6), backend=backend)
+    )(np.diag([1.0, -1e-7]))
+    assert int(status2) == 0 and float(used2) == 1e-6
+    _, s3, u3 = gpchol.cholesky_with_status(np.diag([1.0, -1.0]), jitter=(1e-6, 1e-3))
+    assert int(s3) == 2 and float(u3) == 1e-3
+    with pytest.raises(gpchol.NotPositiveDefiniteError, match="after trying jitter"):
+        gpchol.cholesky(np.diag([1.0, -1.0]), jitter=1e-3, check=True)
+
+
+def test_jitter_batched_each_element_its_own():
+    a = np.stack([np.eye(3), np.diag([1.0, 1.0, -1e-5])])
+    _, status, used = gpchol.cholesky_with_status(a, jitter=(0.0, 1e-3))
+    assert status.tolist() == [0, 0] and used.tolist() == [0.0, 1e-3]
+
+
+def test_gradient_through_jitter(rng):
+    a = random_spd(rng, 5)
+    g1 = jax.grad(lambda x: jnp.sum(gpchol.cholesky(x, jitter=(0.0, 1.0))))(a)
+    g2 = jax.grad(lambda x: jnp.sum(jnp.linalg.cholesky(x)))(a)
+    np.testing.assert_allclose(g1, g2, rtol=1e-10)
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "arg, kwargs, exc, match",
+    [
+        (np.ones(3), {}, ValueError, "at least 2 dimensions"),
+        (np.ones((2, 3)), {}, ValueError, "square"),
+        (np.eye(3, dtype=np.int32), {}, TypeError, "integer"),
+        (np.eye(3, dtype=np.complex128), {}, TypeError, "complex"),
+        (np.eye(3, dtype=np.float16), {}, TypeError, "float32 and float64"),
+        (np.eye(3), {"tile_size": 0}, ValueError, "tile_size must be >= 1"),
+        (np.eye(3), {"tile_size": 2.5}, TypeError, "tile_size"),
+        (np.eye(3), {"tile_size": True}, TypeError, "tile_size"),
+        (np.eye(3), {"backend": "lapack"}, ValueError, "backend must be one of"),
+        (np.eye(3), {"backend": "cuda"}, ValueError, "GPU"),
+        (np.eye(3), {"jitter": -1.0}, ValueError, "jitter"),
+        (np.eye(3), {"jitter": ()}, ValueError, "jitter"),
+        (np.eye(3), {"jitter": "a"}, TypeError, "jitter"),
+    ],
+)
+def test_bad_input(arg, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        gpchol.cholesky(arg, **kwargs)
+
+
+def test_tile_larger_than_matrix_is_fine(rng):
+    a = random_spd(rng, 5)
+    np.testing.assert_allclose(
+        gpchol.cholesky(a, tile_size=100, backend="tiled"), np.linalg.cholesky(a), rtol=1e-12
+    )
