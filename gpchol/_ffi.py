@@ -1,0 +1,443 @@
+"""gpchol's CUDA kernels (``kernels_cuda/``) as JAX functions, through the XLA FFI.
+
+Nothing happens at import: the shared library is located, loaded with :mod:`ctypes` and
+its handlers registered for the ``"CUDA"`` platform on first use (the first call of
+:func:`cuda_unavailable_reason`, :func:`potrf` or :func:`potrf_adjoint`), once per process.
+
+Where the library is looked for, in order:
+
+1. the path in the environment variable ``GPCHOL_CUDA_LIB`` (read at call time);
+2. ``gpchol/_lib/libgpchol_cuda.so`` (where ``python -m gpchol.build`` puts it);
+3. ``build/libgpchol_cuda.so`` next to the package (``cmake -S kernels_cuda -B build &&
+   cmake --build build``).
+
+Contract used by :mod:`gpchol._cholesky` (backend ``"cuda"``):
+
+* :func:`cuda_unavailable_reason` -- ``None`` when the kernels can run, else why not;
+* :func:`potrf` -- ``(L, status)`` of ``(..., n, n)`` matrices (lower triangle read);
+* :func:`potrf_adjoint` -- the symmetric gradient ``G`` from ``L`` and ``Lbar``.
+
+Both functions are traceable (``jit``, ``vmap``: the batch dimension is handled by the
+kernels, ``vmap_method="broadcast_all"``) and work in place: the input ``a`` (for
+:func:`potrf`) and the cotangent ``Lbar`` (for :func:`potrf_adjoint`) are aliased to the
+output, so donating them costs no second ``n x n`` buffer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import sys
+import threading
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "ENV_VAR",
+    "build_info",
+    "cuda_unavailable_reason",
+    "library_path",
+    "potrf",
+    "potrf_adjoint",
+    "small_max_n",
+]
+
+ENV_VAR = "GPCHOL_CUDA_LIB"
+LIBRARY_NAME = "libgpchol_cuda.so"
+BUILD_HINT = (
+    "build it with `python -m gpchol.build` (needs nvcc and `pip install nvidia-cublas "
+    "nvidia-cusolver`), or point GPCHOL_CUDA_LIB at a built libgpchol_cuda.so"
+)
+
+# Largest n of the shared-memory kernels (kSmallMaxF32 / kSmallMaxF64 in small.h).
+_SMALL_MAX_N = {np.dtype(np.float32): 128, np.dtype(np.float64): 64}
+_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+
+_TARGETS = tuple(
+    f"gpchol_{op}_{suffix}"
+    for op in ("potrf", "potrf_adjoint", "potrf_small", "potrf_adjoint_small")
+    for suffix in ("f32", "f64")
+)
+
+# The libraries cuSOLVER and cuBLAS need, in load order (nvidia-* wheels, CUDA 13 layout).
+_WHEEL_LIBRARIES = ("libnvJitLink", "libcusparse", "libcublasLt", "libcublas", "libcusolver")
+
+_lock = threading.Lock()
+_libraries: dict[str, ctypes.CDLL] = {}  # resolved path -> loaded library
+_load_errors: dict[str, str] = {}  # resolved path -> why it did not load
+_registered: str | None = None  # path of the library whose targets are registered
+
+
+# ----------------------------------------------------------------------------------------
+# Finding, loading and registering the library
+# ----------------------------------------------------------------------------------------
+
+
+def _default_candidates() -> list[Path]:
+    here = Path(__file__).resolve().parent
+    return [here / "_lib" / LIBRARY_NAME, here.parent / "build" / LIBRARY_NAME]
+
+
+def library_path() -> Path | None:
+    """Path of the CUDA kernels library that would be used, or ``None`` if none exists.
+
+    ``GPCHOL_CUDA_LIB``, when set, wins (even if the file is missing: the caller then gets
+    a reason naming it); otherwise the default build locations are searched.
+
+    Returns:
+        The path, or ``None`` when no built library is found.
+    """
+    override = os.environ.get(ENV_VAR)
+    if override:
+        return Path(override).expanduser()
+    for candidate in _default_candidates():
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _preload_wheel_libraries() -> bool:
+    """Loads cuBLAS/cuSOLVER and their dependencies from the ``nvidia-*`` wheels.
+
+    Only used when loading the kernels library failed because a dependency was not found
+    (its RUNPATH points at the wheels of the machine that built it).
+    """
+    found = False
+    for entry in sys.path:
+        lib_dir = Path(entry or ".") / "nvidia" / "cu13" / "lib"
+        if not lib_dir.is_dir():
+            continue
+        for stem in _WHEEL_LIBRARIES:
+            pattern = re.compile(re.escape(stem) + r"\.so\.\d+$")
+            for file in sorted(lib_dir.iterdir()):
+                if pattern.match(file.name):
+                    try:
+                        ctypes.CDLL(str(file), mode=ctypes.RTLD_GLOBAL)
+                        found = True
+                    except OSError:
+                        pass
+        if found:
+            return True
+    return found
+
+
+def _load(path: Path) -> ctypes.CDLL | str:
+    """Loads the library at ``path`` (cached); returns it, or the error text."""
+    key = str(path.resolve())
+    if key in _libraries:
+        return _libraries[key]
+    if key in _load_errors:
+        return _load_errors[key]
+    try:
+        lib = ctypes.CDLL(key)
+    except OSError as first:
+        if _preload_wheel_libraries():
+            try:
+                lib = ctypes.CDLL(key)
+            except OSError as second:
+                _load_errors[key] = str(second)
+                return _load_errors[key]
+        else:
+            _load_errors[key] = str(first)
+            return _load_errors[key]
+    _libraries[key] = lib
+    return lib
+
+
+def _gpu_reason() -> str | None:
+    try:
+        devices = jax.devices("cuda")
+    except RuntimeError as err:
+        return (
+            f"no NVIDIA GPU is visible to JAX ({err}); the CUDA kernels need jax with CUDA "
+            "support (e.g. `pip install 'jax[cuda13]'`) on a machine with an NVIDIA GPU"
+        )
+    if not devices:
+        return "JAX's CUDA backend reports no devices"
+    return None
+
+
+def _version_text(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _version_reason(lib: ctypes.CDLL, path: Path) -> str | None:
+    try:
+        runtime = int(lib.gpchol_cuda_runtime_version())
+        driver = int(lib.gpchol_cuda_driver_version())
+    except AttributeError as err:
+        return f"{path} is not a gpchol CUDA kernels library ({err}); {BUILD_HINT}"
+    if driver <= 0:
+        return "the NVIDIA driver could not be queried (is a driver installed?)"
+    if driver // 1000 < runtime // 1000:
+        return (
+            f"the NVIDIA driver supports CUDA {_version_text(driver)}, but {path} was built "
+            f"with CUDA {_version_text(runtime)}; update the driver or rebuild with a CUDA "
+            f"{driver // 1000} toolkit"
+        )
+    return None
+
+
+def _ensure_registered() -> str | None:
+    """Loads and registers the kernels once; returns ``None`` or why they cannot be used."""
+    global _registered
+    with _lock:
+        if _registered is not None:
+            return None
+        path = library_path()
+        if path is None:
+            return f"the gpchol CUDA kernels are not built; {BUILD_HINT}"
+        if not path.is_file():
+            return f"{ENV_VAR} is set to {path}, which does not exist; {BUILD_HINT}"
+        reason = _gpu_reason()
+        if reason is not None:
+            return reason
+        lib = _load(path)
+        if isinstance(lib, str):
+            return f"loading {path} failed: {lib}"
+        reason = _version_reason(lib, path)
+        if reason is not None:
+            return reason
+        try:
+            for name in _TARGETS:
+                jax.ffi.register_ffi_target(
+                    name, jax.ffi.pycapsule(getattr(lib, name)), platform="CUDA"
+                )
+        except Exception as err:  # a missing symbol or a registration refused by jax
+            return f"registering the CUDA kernels of {path} with JAX failed: {err}"
+        _registered = str(path.resolve())
+        return None
+
+
+def cuda_unavailable_reason() -> str | None:
+    """Why the CUDA backend cannot be used, or ``None`` when it can.
+
+    The first call that finds everything in place also loads the library and registers its
+    FFI targets for the ``"CUDA"`` platform (once per process). Later changes of
+    ``GPCHOL_CUDA_LIB`` do not replace a library already registered.
+
+    Returns:
+        ``None`` if the kernels library is built, loads, matches the driver and a CUDA
+        device is visible to JAX; otherwise one sentence saying what is missing and how to
+        fix it.
+    """
+    return _ensure_registered()
+
+
+def _require() -> None:
+    reason = _ensure_registered()
+    if reason is not None:
+        raise RuntimeError(f"gpchol's CUDA kernels are unavailable: {reason}")
+
+
+def build_info() -> dict:
+    """Versions reported by the loaded kernels library (for reports and benchmarks).
+
+    Returns:
+        A dict with the library path and the CUDA runtime / driver / cuBLAS / cuSOLVER
+        versions (compiled against and loaded), or ``{"unavailable": reason}``.
+    """
+    reason = _ensure_registered()
+    if reason is not None:
+        return {"unavailable": reason}
+    lib = _libraries[_registered]
+    return {
+        "library": _registered,
+        "cuda_runtime_compiled": _version_text(lib.gpchol_cuda_runtime_version()),
+        "cuda_driver": _version_text(lib.gpchol_cuda_driver_version()),
+        "cublas_compiled": int(lib.gpchol_cublas_header_version()),
+        "cublas_loaded": int(lib.gpchol_cublas_loaded_version()),
+        "cusolver_compiled": int(lib.gpchol_cusolver_header_version()),
+        "cusolver_loaded": int(lib.gpchol_cusolver_loaded_version()),
+    }
+
+
+# ----------------------------------------------------------------------------------------
+# Argument checks
+# ----------------------------------------------------------------------------------------
+
+
+def small_max_n(dtype) -> int:
+    """Largest ``n`` handled by the shared-memory batched kernels for ``dtype``.
+
+    Args:
+        dtype: float32 or float64.
+
+    Returns:
+        128 for float32, 64 for float64.
+    """
+    return _SMALL_MAX_N[_check_dtype(dtype, "small_max_n")]
+
+
+def _check_dtype(dtype, fn: str) -> np.dtype:
+    dt = np.dtype(dtype)
+    if dt not in _SUFFIX:
+        raise TypeError(
+            f"{fn}: gpchol's CUDA kernels support float32 and float64 matrices; got {dt}. "
+            "Cast the input (e.g. a.astype(jnp.float32))."
+        )
+    return dt
+
+
+def _as_batch_of_squares(x, fn: str, name: str):
+    x = jnp.asarray(x)
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        raise ValueError(
+            f"{fn}: {name} must have shape (..., n, n) (a batch of square matrices); "
+            f"got shape {x.shape}"
+        )
+    _check_dtype(x.dtype, fn)
+    return x
+
+
+def _check_tile_size(tile_size, fn: str) -> int:
+    """0 for ``None`` (the kernels' default), else a positive int."""
+    if tile_size is None:
+        return 0
+    if isinstance(tile_size, bool) or not isinstance(tile_size, (int, np.integer)):
+        raise TypeError(f"{fn}: tile_size must be None or a positive int; got {tile_size!r}")
+    if tile_size < 1:
+        raise ValueError(f"{fn}: tile_size must be a positive int; got {tile_size}")
+    return int(tile_size)
+
+
+def _pick_method(method: str, n: int, dtype: np.dtype, fn: str) -> str:
+    if method == "auto":
+        return "small" if n <= _SMALL_MAX_N[dtype] else "large"
+    if method == "small" and n > _SMALL_MAX_N[dtype]:
+        raise ValueError(
+            f"{fn}: n = {n} exceeds the small-kernel limit {_SMALL_MAX_N[dtype]} for {dtype}"
+        )
+    if method not in ("small", "large"):
+        raise ValueError(f"{fn}: method must be 'auto', 'small' or 'large'; got {method!r}")
+    return method
+
+
+# ----------------------------------------------------------------------------------------
+# The operations
+# ----------------------------------------------------------------------------------------
+
+
+def potrf(a, *, tile_size: int | None = None) -> tuple[jax.Array, jax.Array]:
+    r"""Cholesky factorization ``A = L L^T`` of a batch of matrices on an NVIDIA GPU.
+
+    Only the lower triangle of ``a`` is read (the caller symmetrizes). Matrices with
+    ``n <= 128`` (float32) or ``n <= 64`` (float64) go to the shared-memory batched kernel
+    (one matrix per thread block); larger ones to cuSOLVER's ``potrf`` per matrix
+    (``tile_size=None``) or to gpchol's tiled right-looking factorization (cuSOLVER on the
+    ``tile_size x tile_size`` diagonal tiles, cuBLAS TRSM/SYRK for the panels and updates).
+
+    ``a`` is aliased to ``L``: donate it (``jax.jit(..., donate_argnums=...)``) to work in
+    place.
+
+    Args:
+        a: ``(..., n, n)`` float32 or float64 array, symmetric positive definite.
+        tile_size: ``None`` for one cuSOLVER call per matrix, else the tile size of the
+            tiled algorithm (ignored by the small-matrix kernel).
+
+    Returns:
+        ``(L, status)``: ``L`` of shape ``(..., n, n)``, lower triangular with zeros above
+        the diagonal, all NaN where the factorization failed; ``status`` int32 of shape
+        ``(...)``, 0 on success else the 1-based index of the first pivot that is not
+        positive and finite (LAPACK's ``info``).
+
+    Raises:
+        TypeError: ``a`` is not float32/float64, or ``tile_size`` is not an int.
+        ValueError: ``a`` is not a batch of square matrices, or ``tile_size < 1``.
+        RuntimeError: the CUDA kernels are unavailable (see :func:`cuda_unavailable_reason`).
+    """
+    return _potrf_impl(a, tile_size=tile_size)
+
+
+def _potrf_impl(a, *, tile_size=None, method: str = "auto"):
+    """:func:`potrf` with the kernel choice exposed (``"auto"``, ``"small"``, ``"large"``)."""
+    a = _as_batch_of_squares(a, "potrf", "a")
+    tile = _check_tile_size(tile_size, "potrf")
+    dtype = np.dtype(a.dtype)
+    n = a.shape[-1]
+    kind = _pick_method(method, n, dtype, "potrf")
+    batch_shape = a.shape[:-2]
+    if a.size == 0:
+        return a, jnp.zeros(batch_shape, jnp.int32)
+    _require()
+    out_types = (
+        jax.ShapeDtypeStruct(a.shape, dtype),
+        jax.ShapeDtypeStruct(batch_shape, np.int32),
+    )
+    if kind == "small":
+        target, attrs = f"gpchol_potrf_small_{_SUFFIX[dtype]}", {}
+    else:
+        target, attrs = f"gpchol_potrf_{_SUFFIX[dtype]}", {"tile_size": np.int64(tile)}
+    call = jax.ffi.ffi_call(
+        target, out_types, vmap_method="broadcast_all", input_output_aliases={0: 0}
+    )
+    L, status = call(a, **attrs)
+    return L, status
+
+
+def potrf_adjoint(L, Lbar, *, tile_size: int | None = None) -> jax.Array:
+    r"""Reverse-mode derivative of the Cholesky factorization (Murray's blocked adjoint).
+
+    For a scalar ``f(L)`` with ``L = chol(A)`` and ``Lbar = df/dL``, returns the symmetric
+    gradient
+
+    .. math:: G = \tfrac12 (\bar\Sigma + \bar\Sigma^T),\quad
+        \bar\Sigma = \Phi(L^{-T} (P + P^T) L^{-1}),\quad P = \Phi(L^T \bar L),
+
+    (``Phi``: lower triangle, diagonal halved), the same as ``jax.grad`` through
+    ``jnp.linalg.cholesky``. Large matrices use the blocked, level-3 form of I. Murray,
+    "Differentiation of the Cholesky decomposition" (arXiv:1602.07527): cuBLAS TRSM/GEMM
+    plus gpchol's kernels for the diagonal blocks, about twice the forward's flops.
+    Small ones (see :func:`potrf`) use the shared-memory batched kernel.
+
+    ``Lbar`` is aliased to the result: donate it to work in place.
+
+    Args:
+        L: ``(..., n, n)`` lower Cholesky factors (strict upper triangle not read).
+        Lbar: ``(..., n, n)`` cotangent of ``L``, same dtype (strict upper triangle
+            ignored).
+        tile_size: block size of the blocked adjoint; ``None`` for the default (256, or
+            512 for ``n >= 16384``). Ignored by the small-matrix kernel.
+
+    Returns:
+        ``G`` of shape ``(..., n, n)``, symmetric.
+
+    Raises:
+        TypeError: wrong dtype, mismatched dtypes, or a non-int ``tile_size``.
+        ValueError: shapes that are not equal batches of square matrices.
+        RuntimeError: the CUDA kernels are unavailable.
+    """
+    return _potrf_adjoint_impl(L, Lbar, tile_size=tile_size)
+
+
+def _potrf_adjoint_impl(L, Lbar, *, tile_size=None, method: str = "auto"):
+    """:func:`potrf_adjoint` with the kernel choice exposed."""
+    L = _as_batch_of_squares(L, "potrf_adjoint", "L")
+    Lbar = _as_batch_of_squares(Lbar, "potrf_adjoint", "Lbar")
+    if L.shape != Lbar.shape:
+        raise ValueError(
+            f"potrf_adjoint: L and Lbar must have the same shape; got {L.shape} and {Lbar.shape}"
+        )
+    if L.dtype != Lbar.dtype:
+        raise TypeError(
+            f"potrf_adjoint: L and Lbar must have the same dtype; got {L.dtype} and {Lbar.dtype}"
+        )
+    tile = _check_tile_size(tile_size, "potrf_adjoint")
+    dtype = np.dtype(L.dtype)
+    kind = _pick_method(method, L.shape[-1], dtype, "potrf_adjoint")
+    if L.size == 0:
+        return jnp.zeros_like(Lbar)
+    _require()
+    out_type = jax.ShapeDtypeStruct(L.shape, dtype)
+    if kind == "small":
+        target, attrs = f"gpchol_potrf_adjoint_small_{_SUFFIX[dtype]}", {}
+    else:
+        target, attrs = f"gpchol_potrf_adjoint_{_SUFFIX[dtype]}", {"tile_size": np.int64(tile)}
+    call = jax.ffi.ffi_call(
+        target, out_type, vmap_method="broadcast_all", input_output_aliases={1: 0}
+    )
+    return call(L, Lbar, **attrs)
