@@ -1,0 +1,313 @@
+"""Parameter transforms for unconstrained optimisation.
+
+A transform maps an unconstrained real number ``u`` to a constrained parameter value
+``c = forward(u)`` and back with ``u = inverse(c)``. Optimisers work on ``u``; models
+see ``c``. Transforms act elementwise, so a leaf may be a scalar or an array (an ARD
+lengthscale of shape ``(d,)``).
+
+Transforms are plain, hashable, immutable objects. They are deliberately *not*
+registered as pytrees: inside a pytree of transforms they are leaves. A pytree of
+transforms is a *prefix* of the parameter pytree it describes (one transform may govern a
+whole subtree), with ``None`` meaning identity:
+
+>>> import jax.numpy as jnp
+>>> from gpchol._transforms import Positive, to_constrained, to_unconstrained
+>>> params = {"lengthscale": jnp.array([0.5, 2.0]), "mean": -3.0}
+>>> transforms = {"lengthscale": Positive(), "mean": None}
+>>> u = to_unconstrained(params, transforms)
+>>> c = to_constrained(u, transforms)
+>>> print(jnp.round(c["lengthscale"], 4), c["mean"])
+[0.5 2. ] -3.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "Bounded",
+    "Identity",
+    "Positive",
+    "Transform",
+    "to_constrained",
+    "to_unconstrained",
+]
+
+
+def _concrete(value: Any) -> np.ndarray | None:
+    """Returns ``value`` as a NumPy array, or None when it is traced (inside ``jit``)."""
+    if isinstance(value, jax.core.Tracer):
+        return None
+    try:
+        return np.asarray(value)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return None
+
+
+def _describe_bad(arr: np.ndarray, ok: np.ndarray) -> str:
+    """Formats the offending entries of ``arr`` (where ``ok`` is False) for a message."""
+    if arr.ndim == 0:
+        return f"value {arr.item()!r}"
+    bad = np.argwhere(~ok)
+    shown = ", ".join(f"[{', '.join(map(str, idx))}]={arr[tuple(idx)].item()!r}" for idx in bad[:3])
+    more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
+    return f"value(s) {shown}{more} of an array of shape {arr.shape}"
+
+
+def _check_finite_float(value: Any, name: str) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number; got {value!r}") from None
+    if not math.isfinite(out):
+        raise ValueError(f"{name} must be finite; got {value!r}")
+    return out
+
+
+class Transform:
+    """Base class of the transforms: a bijection between R and a parameter's domain.
+
+    Subclasses implement :meth:`forward` (unconstrained to constrained) and
+    :meth:`inverse` (constrained to unconstrained). Both act elementwise on arrays of
+    any shape ``(...)`` and keep the floating dtype of their input.
+    """
+
+    def forward(self, u: Any) -> jax.Array:  # pragma: no cover - abstract
+        """Maps an unconstrained value ``u`` (shape ``(...)``) into the domain."""
+        raise NotImplementedError
+
+    def inverse(self, c: Any) -> jax.Array:  # pragma: no cover - abstract
+        """Maps a value ``c`` (shape ``(...)``) of the domain back to R."""
+        raise NotImplementedError
+
+    def __call__(self, u: Any) -> jax.Array:
+        """Same as :meth:`forward`."""
+        return self.forward(u)
+
+
+def _as_float(x: Any) -> jax.Array:
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.result_type(float))
+    return x
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity(Transform):
+    """The identity: for parameters that may take any real value (a mean, an offset).
+
+    Example:
+        >>> from gpchol._transforms import Identity
+        >>> print(float(Identity().forward(-2.5)))
+        -2.5
+    """
+
+    def forward(self, u: Any) -> jax.Array:
+        """Returns ``u`` as a floating array, shape ``(...)``."""
+        return _as_float(u)
+
+    def inverse(self, c: Any) -> jax.Array:
+        """Returns ``c`` as a floating array, shape ``(...)``."""
+        return _as_float(c)
+
+
+@dataclasses.dataclass(frozen=True)
+class Positive(Transform):
+    """Softplus transform onto ``(lower, inf)``.
+
+    ``forward(u) = lower + softplus(u) = lower + log(1 + exp(u))`` and
+    ``inverse(c) = y + log(-expm1(-y))`` with ``y = c - lower``, which is
+    ``log(exp(y) - 1)`` written so that it neither overflows for large ``y`` nor loses
+    precision for small ``y``. Softplus grows linearly for large ``u`` (no overflow,
+    unlike ``exp``) and is close to ``exp(u)`` for very negative ``u``; there, in floating
+    point, ``lower + softplus(u)`` rounds to ``lower`` itself (for ``lower = 0``: once
+    ``exp(u)`` underflows, near ``u < -745`` in float64 and ``u < -103`` in float32).
+
+    Args:
+        lower: the (excluded) lower bound of the domain, a finite float; default 0.
+
+    Raises:
+        ValueError: from :meth:`inverse` when a concrete value is not ``> lower`` (or is
+            NaN); the message names the value. Traced values (inside ``jit``) are not
+            checked.
+
+    Example:
+        >>> from gpchol._transforms import Positive
+        >>> t = Positive()
+        >>> u = t.inverse(2.0)
+        >>> print(round(float(t.forward(u)), 5))
+        2.0
+        >>> print(round(float(Positive(lower=1e-3).forward(-30.0)), 6))
+        0.001
+    """
+
+    lower: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lower", _check_finite_float(self.lower, "Positive: lower"))
+
+    def forward(self, u: Any) -> jax.Array:
+        """Returns ``lower + softplus(u)``, same shape ``(...)`` and dtype as ``u``."""
+        u = _as_float(u)
+        return self.lower + jax.nn.softplus(u)
+
+    def inverse(self, c: Any) -> jax.Array:
+        """Returns the ``u`` with ``forward(u) == c``; ``c`` must be ``> lower``."""
+        arr = _concrete(c)
+        if arr is not None:
+            ok = np.asarray(arr > self.lower)
+            if not np.all(ok):
+                raise ValueError(
+                    f"{_describe_bad(arr, ok)} is outside the domain of {self!r}: it must be "
+                    f"> {self.lower} (and not NaN). Give an initial value inside the domain, "
+                    "or use a different transform (Identity(), Positive(lower=...))."
+                )
+        y = _as_float(c) - self.lower
+        return y + jnp.log(-jnp.expm1(-y))
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounded(Transform):
+    """Scaled logistic sigmoid onto the open interval ``(low, high)``.
+
+    ``forward(u) = low + (high - low) * sigmoid(u)`` and
+    ``inverse(c) = log(c - low) - log(high - c)``, accurate near both ends.
+
+    Args:
+        low: lower end of the interval, a finite float.
+        high: upper end of the interval, a finite float ``> low``.
+
+    Raises:
+        ValueError: at construction when ``low >= high`` or an end is not finite; from
+            :meth:`inverse` when a concrete value is not strictly inside ``(low, high)``
+            (the message names the value).
+
+    Example:
+        >>> from gpchol._transforms import Bounded
+        >>> t = Bounded(0.5, 4.0)
+        >>> print(round(float(t.forward(0.0)), 4))
+        2.25
+        >>> print(round(float(t.forward(t.inverse(3.9))), 4))
+        3.9
+    """
+
+    low: float
+    high: float
+
+    def __post_init__(self) -> None:
+        low = _check_finite_float(self.low, "Bounded: low")
+        high = _check_finite_float(self.high, "Bounded: high")
+        if not low < high:
+            raise ValueError(f"Bounded needs low < high; got low={low!r}, high={high!r}")
+        object.__setattr__(self, "low", low)
+        object.__setattr__(self, "high", high)
+
+    def forward(self, u: Any) -> jax.Array:
+        """Returns ``low + (high - low) * sigmoid(u)``, shape ``(...)``."""
+        u = _as_float(u)
+        return self.low + (self.high - self.low) * jax.nn.sigmoid(u)
+
+    def inverse(self, c: Any) -> jax.Array:
+        """Returns the ``u`` with ``forward(u) == c``; ``low < c < high`` required."""
+        arr = _concrete(c)
+        if arr is not None:
+            ok = np.asarray((arr > self.low) & (arr < self.high))
+            if not np.all(ok):
+                raise ValueError(
+                    f"{_describe_bad(arr, ok)} is outside the domain of {self!r}: it must lie "
+                    f"strictly between {self.low} and {self.high}. Give an initial value "
+                    "inside the interval, or widen the bounds."
+                )
+        c = _as_float(c)
+        return jnp.log(c - self.low) - jnp.log(self.high - c)
+
+
+def _is_transform_leaf(x: Any) -> bool:
+    return x is None or isinstance(x, Transform)
+
+
+def _apply(method: str, params: Any, transforms: Any) -> Any:
+    treedef = jax.tree_util.tree_structure(transforms, is_leaf=_is_transform_leaf)
+    try:
+        treedef.flatten_up_to(params)
+    except (ValueError, TypeError) as err:
+        raise ValueError(
+            "transforms must be a pytree prefix of params (the same containers, with a "
+            "Transform or None where params has a leaf or a whole subtree); "
+            f"transforms has structure {treedef}, which does not match params: {err}"
+        ) from None
+    for t in jax.tree_util.tree_leaves(transforms, is_leaf=_is_transform_leaf):
+        if t is not None and not isinstance(t, Transform):
+            raise TypeError(f"transforms may hold only Transform objects or None; got {t!r}")
+
+    def per_prefix(path: tuple, transform: Transform | None, subtree: Any) -> Any:
+        if transform is None:
+            return subtree
+        fn = getattr(transform, method)
+
+        def per_leaf(subpath: tuple, value: Any) -> jax.Array:
+            try:
+                return fn(value)
+            except ValueError as err:
+                name = jax.tree_util.keystr(tuple(path) + tuple(subpath)) or "<root>"
+                raise ValueError(f"parameter {name}: {err}") from None
+
+        return jax.tree_util.tree_map_with_path(per_leaf, subtree)
+
+    return jax.tree_util.tree_map_with_path(
+        per_prefix, transforms, params, is_leaf=_is_transform_leaf
+    )
+
+
+def to_unconstrained(params: Any, transforms: Any) -> Any:
+    """Maps constrained parameters to unconstrained space, leaf by leaf.
+
+    Args:
+        params: a pytree of parameter values (floats or arrays of any shape).
+        transforms: a pytree prefix of ``params`` whose leaves are :class:`Transform`
+            objects or ``None`` (identity). A single transform applies to every leaf.
+
+    Returns:
+        A pytree with the structure of ``params``; leaves governed by a transform become
+        ``transform.inverse(leaf)`` (JAX arrays), the others are returned unchanged.
+
+    Raises:
+        ValueError: when ``transforms`` is not a prefix of ``params``, or when a value lies
+            outside its transform's domain (the message names the parameter's path and
+            the value, e.g. ``parameter ['noise']: value -1.0 is outside the domain ...``).
+
+    Example:
+        >>> from gpchol._transforms import Positive, to_unconstrained
+        >>> u = to_unconstrained({"noise": 1.0, "shift": 2.0}, {"noise": Positive(), "shift": None})
+        >>> print(round(float(u["noise"]), 4), u["shift"])
+        0.5413 2.0
+    """
+    return _apply("inverse", params, transforms)
+
+
+def to_constrained(uparams: Any, transforms: Any) -> Any:
+    """Maps unconstrained parameters back to their domains (inverse of
+    :func:`to_unconstrained`); differentiable, so use it inside the loss.
+
+    Args:
+        uparams: a pytree of unconstrained values.
+        transforms: the same pytree prefix of transforms used with
+            :func:`to_unconstrained`.
+
+    Returns:
+        A pytree with the structure of ``uparams``; governed leaves become
+        ``transform.forward(leaf)``.
+
+    Example:
+        >>> from gpchol._transforms import Bounded, to_constrained
+        >>> c = to_constrained({"period": 0.0}, {"period": Bounded(0.5, 1.5)})
+        >>> print(float(c["period"]))
+        1.0
+    """
+    return _apply("forward", uparams, transforms)
