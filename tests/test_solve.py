@@ -1,0 +1,168 @@
+"""solve_triangular, cho_solve, logdet, cho_inverse and mvn_logpdf against SciPy."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg as sla
+import scipy.stats as sst
+from conftest import random_spd
+from jax.test_util import check_grads
+
+import gpchol
+
+TOL = {np.float32: 2e-4, np.float64: 1e-10}
+
+
+def _lower(rng, n, batch=(), dtype=np.float64):
+    return np.linalg.cholesky(random_spd(rng, n, batch)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("rhs", [(), (3,)])
+def test_solve_triangular(rng, dtype, lower, transpose, rhs):
+    n = 17
+    L = _lower(rng, n, dtype=dtype)
+    T = L if lower else L.T.copy()
+    b = rng.standard_normal((n, *rhs)).astype(dtype)
+    x = gpchol.solve_triangular(T, b, lower=lower, transpose=transpose)
+    ref = sla.solve_triangular(T.astype(np.float64), b, lower=lower, trans=1 if transpose else 0)
+    assert x.shape == b.shape and x.dtype == dtype
+    np.testing.assert_allclose(x, ref, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_solve_triangular_batched_broadcast(rng):
+    L = _lower(rng, 6, batch=(4,))
+    b = rng.standard_normal((4, 6))
+    x = gpchol.solve_triangular(L, b)
+    ref = np.stack([sla.solve_triangular(L[i], b[i], lower=True) for i in range(4)])
+    np.testing.assert_allclose(x, ref, rtol=1e-12)
+    # one factor, many right-hand-side batches
+    B = rng.standard_normal((5, 6, 2))
+    x2 = gpchol.solve_triangular(L[0], B)
+    np.testing.assert_allclose(x2, np.linalg.solve(L[0], B), rtol=1e-10)
+
+
+def test_solve_triangular_grads(rng):
+    L = _lower(rng, 5)
+    b = rng.standard_normal((5, 2))
+    check_grads(
+        lambda L, b: gpchol.solve_triangular(L, b, transpose=True),
+        (L, b),
+        order=2,
+        modes=("fwd", "rev"),
+    )
+
+
+@pytest.mark.parametrize("rhs", [(), (4,)])
+def test_cho_solve_and_logdet(rng, rhs):
+    n = 30
+    a = random_spd(rng, n)
+    L = np.linalg.cholesky(a)
+    b = rng.standard_normal((n, *rhs))
+    np.testing.assert_allclose(gpchol.cho_solve(L, b), np.linalg.solve(a, b), rtol=1e-10)
+    np.testing.assert_allclose(gpchol.logdet(L), np.linalg.slogdet(a)[1], rtol=1e-12)
+    check_grads(gpchol.cho_solve, (L, b), order=1, modes=("fwd", "rev"))
+    check_grads(gpchol.logdet, (L,), order=2, modes=("fwd", "rev"))
+
+
+@pytest.mark.parametrize("n, tile", [(1, None), (9, 4), (64, 16), (300, 64)])
+def test_cho_inverse(rng, n, tile):
+    a = random_spd(rng, n)
+    inv = gpchol.cho_inverse(np.linalg.cholesky(a), tile_size=tile)
+    np.testing.assert_allclose(inv, np.linalg.inv(a), rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(inv, np.asarray(inv).T)
+
+
+def test_cho_inverse_grad(rng):
+    L = _lower(rng, 6)
+    check_grads(lambda L: gpchol.cho_inverse(L, tile_size=4), (L,), order=1, modes=("rev",))
+
+
+@pytest.mark.parametrize(
+    "shape, match",
+    [((3,), "vector right-hand side"), ((5, 2), "needs shape"), ((5, 5, 2), "needs shape")],
+)
+def test_bad_rhs(shape, match):
+    with pytest.raises(ValueError, match=match):
+        gpchol.cho_solve(np.eye(4), np.ones(shape))
+
+
+# ---------------------------------------------------------------------- mvn_logpdf
+
+
+def _scipy_logpdf(y, mean, cov):
+    return sst.multivariate_normal(mean, cov).logpdf(y)
+
+
+@pytest.mark.parametrize("gradient", ["composed", "whole"])
+@pytest.mark.parametrize("n, tile", [(1, None), (7, 3), (120, 32)])
+def test_mvn_logpdf_value_and_grad(rng, gradient, n, tile):
+    cov = random_spd(rng, n)
+    y, mu = rng.standard_normal(n), rng.standard_normal(n)
+    f = lambda y, m, c: gpchol.mvn_logpdf(y, m, c, gradient=gradient, tile_size=tile)  # noqa: E731
+    np.testing.assert_allclose(f(y, mu, cov), _scipy_logpdf(y, mu, cov), rtol=1e-11)
+
+    def ref(y, m, c):
+        c = 0.5 * (c + c.T)
+        L = jnp.linalg.cholesky(c)
+        z = jax.scipy.linalg.solve_triangular(L, y - m, lower=True)
+        return -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diag(L))) - 0.5 * n * jnp.log(2 * jnp.pi)
+
+    for got, want in zip(
+        jax.grad(f, argnums=(0, 1, 2))(y, mu, cov),
+        jax.grad(ref, argnums=(0, 1, 2))(y, mu, cov),
+        strict=True,
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("gradient", ["composed", "whole"])
+def test_mvn_logpdf_check_grads(rng, gradient):
+    n = 6
+    cov = random_spd(rng, n)
+    y, mu = rng.standard_normal(n), rng.standard_normal(n)
+    f = lambda y, m, c: gpchol.mvn_logpdf(y, m, c, gradient=gradient, tile_size=4)  # noqa: E731
+    check_grads(f, (y, mu, cov), order=2, modes=("fwd", "rev"))
+
+
+@pytest.mark.parametrize("gradient", ["composed", "whole"])
+def test_mvn_logpdf_broadcasting(rng, gradient):
+    n = 8
+    cov = random_spd(rng, n, batch=(2, 1))
+    y = rng.standard_normal((2, 3, n))
+    out = gpchol.mvn_logpdf(y, 0.0, cov, gradient=gradient)
+    assert out.shape == (2, 3)
+    for i in range(2):
+        for j in range(3):
+            np.testing.assert_allclose(
+                out[i, j], _scipy_logpdf(y[i, j], np.zeros(n), cov[i, 0]), rtol=1e-11
+            )
+    g = jax.grad(lambda c: gpchol.mvn_logpdf(y, 0.0, c, gradient=gradient).sum())(cov)
+    g_ref = jax.grad(
+        lambda c: jax.scipy.stats.multivariate_normal.logpdf(y, jnp.zeros(n), c).sum()
+    )(cov)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-9, atol=1e-11)
+
+
+def test_mvn_logpdf_jit_vmap_and_failure(rng):
+    n = 5
+    cov = random_spd(rng, n, batch=(3,))
+    y = rng.standard_normal((3, n))
+    f = jax.jit(jax.vmap(lambda y, c: gpchol.mvn_logpdf(y, 0.0, c)))
+    np.testing.assert_allclose(
+        f(y, cov), [_scipy_logpdf(y[i], np.zeros(n), cov[i]) for i in range(3)], rtol=1e-11
+    )
+    bad = np.diag([1.0, -1.0, 1.0, 1.0, 1.0])
+    assert np.isnan(gpchol.mvn_logpdf(y[0], 0.0, bad))
+
+
+def test_mvn_logpdf_bad_input():
+    with pytest.raises(ValueError, match="y needs shape"):
+        gpchol.mvn_logpdf(np.ones(3), 0.0, np.eye(4))
+    with pytest.raises(ValueError, match="mean"):
+        gpchol.mvn_logpdf(np.ones(4), np.ones(3), np.eye(4))
+    with pytest.raises(ValueError, match="gradient"):
+        gpchol.mvn_logpdf(np.ones(4), 0.0, np.eye(4), gradient="fast")
