@@ -156,19 +156,19 @@ def _nan_where_failed(L, status):
 
 
 def _potrf_tiled(a, nb):
-    """Right-looking tiled Cholesky in JAX, with status. Reads the lower triangle.
+    """Left-looking tiled Cholesky in JAX, with status. Reads the lower triangle.
 
-    Block step for columns ``j:k``: factor the diagonal tile (``potrf``), solve the panel
-    below it (``trsm``), update the trailing matrix with the panel's outer product. The
-    update is applied to the whole trailing square (one GEMM, which keeps the trailing
-    matrix symmetric; the strict upper triangle is discarded at the end). The work buffer
-    is updated in place.
+    Block step for columns ``j:k`` (LAPACK's ``potrf`` order): update the panel with the
+    factor columns already computed, ``P = A[j:, j:k] - L[j:, :j] L[j:k, :j]^T`` (one
+    GEMM), factor its diagonal tile (``potrf``), solve the rest of the panel (``trsm``)
+    and write the panel back. Exactly ``n^3 / 3`` flops up to lower-order terms, and the
+    work buffer is updated in place (only the panel is written at each step).
 
-    Status: each diagonal tile is kept before it is factored (``n * nb`` numbers in all);
-    if some tile failed, the exact first failing pivot is found afterwards by
-    :func:`_first_bad_pivot` on the first failed tile, under one ``lax.cond`` so it costs
-    nothing when the factorization succeeds. (A ``cond`` inside the loop would make XLA
-    copy the whole work buffer at every step.)
+    Status: the input's diagonal tiles are kept (``n * nb`` numbers); if some tile
+    failed, the exact first failing pivot is found afterwards by
+    :func:`_locate_failed_pivot`, under one ``lax.cond`` so it costs nothing when the
+    factorization succeeds. (A ``cond`` inside the loop would make XLA copy the whole work
+    buffer at every step.)
 
     Args:
         a: ``(..., n, n)`` symmetric positive definite.
@@ -182,18 +182,19 @@ def _potrf_tiled(a, nb):
     blocks = _blocks(n, nb)
     starts = jnp.asarray([j for j, _ in blocks], jnp.int32)
 
-    # The input's diagonal tiles (n * nb numbers) are kept for the status search; the
-    # barrier makes XLA read them out before the work buffer is updated in place.
+    # The barrier makes XLA read the diagonal tiles out before ``w`` is updated in place.
     tiles0, w = lax.optimization_barrier((_diag_tiles(a, blocks, nb), a))
     oks = []
     for j, k in blocks:
-        d = _potrf_tile(w[..., j:k, j:k])
+        panel = w[..., j:, j:k]
+        if j > 0:
+            panel = panel - w[..., j:, :j] @ _mT(w[..., j:k, :j])
+        d = _potrf_tile(panel[..., : k - j, :])
         oks.append(jnp.all(jnp.isfinite(jnp.diagonal(d, axis1=-2, axis2=-1)), axis=-1))
-        w = _put(w, d, j, j)
         if k < n:
-            c = _trsm(d, w[..., k:, j:k], left=False, trans=True)
-            w = _put(w, c, k, j)
-            w = _put(w, w[..., k:, k:] - c @ _mT(c), k, k)
+            c = _trsm(d, panel[..., k - j :, :], left=False, trans=True)
+            d = jnp.concatenate([d, c], axis=-2)
+        w = _put(w, d, j, j)
 
     ok = jnp.stack(oks, axis=-1)  # (..., nblocks)
     failed = ~jnp.all(ok, axis=-1)
@@ -249,17 +250,60 @@ def _locate_failed_pivot(w, tiles0, first, starts, nb):
     return flat.reshape(batch)
 
 
+def _locate_pivot_loop(a, nb):
+    """First failing pivot of the Cholesky of each ``(n, n)`` matrix in ``a`` (slow path).
+
+    A compact blocked search (a ``while_loop`` over tiles of a padded copy, with masked
+    full-size updates, stopping at the first failed tile) so that the program stays small:
+    it is compiled into every XLA-backend factorization but runs only on failure.
+    """
+    n = a.shape[-1]
+    nblk = -(-n // nb)
+    npad = nblk * nb
+    rows = jnp.arange(npad)
+
+    def one(m):
+        w = jnp.pad(m, [(0, npad - n), (0, npad - n)])
+        w = w + jnp.diag(rows >= n).astype(m.dtype)
+
+        def cond(c):
+            kb, _, st = c
+            return (kb < nblk) & (st == 0)
+
+        def body(c):
+            kb, w, _ = c
+            j = kb * nb
+            tile = lax.dynamic_slice(w, (j, j), (nb, nb))
+            d = lax.linalg.cholesky(tile, symmetrize_input=False)
+            ok = jnp.all(jnp.isfinite(jnp.diagonal(d)))
+            st = lax.cond(
+                ok,
+                lambda t: jnp.int32(0),
+                lambda t: j + jnp.maximum(_first_bad_pivot_unblocked(t), 1),
+                tile,
+            )
+            col = lax.dynamic_slice(w, (jnp.zeros_like(j), j), (npad, nb))
+            c = lax.linalg.triangular_solve(d, col, left_side=False, lower=True, transpose_a=True)
+            c = jnp.where((rows >= j + nb)[:, None], c, 0.0)
+            return kb + 1, w - c @ c.T, st.astype(jnp.int32)
+
+        return lax.while_loop(cond, body, (jnp.int32(0), w, jnp.int32(0)))[2]
+
+    flat = jax.vmap(one)(a.reshape((-1, n, n)))
+    return flat.reshape(a.shape[:-2])
+
+
 def _potrf_xla(a, nb):
     """``jax.lax.linalg.cholesky`` (LAPACK on CPU, cuSOLVER on GPU), with exact status.
 
-    XLA reports failure as a NaN factor; the pivot is then located by the tiled pass
-    (only when some batch element failed).
+    XLA reports failure as a NaN factor; the pivot is then located by
+    :func:`_locate_pivot_loop` (only when some batch element failed).
     """
     L = lax.linalg.cholesky(a, symmetrize_input=False)
     failed = ~jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
     status = lax.cond(
         jnp.any(failed),
-        lambda x: _potrf_tiled(x, nb)[1],
+        lambda x: _locate_pivot_loop(x, nb),
         lambda x: jnp.zeros(x.shape[:-2], jnp.int32),
         a,
     )
