@@ -20,6 +20,18 @@ from ._transforms import (
 
 __version__ = "0.1.0"
 
+# Submodules imported on first attribute access: ``gpchol.numpyro`` imports NumPyro and
+# ``gpchol.distributed`` sets up mesh machinery; neither is paid for by ``import gpchol``.
+_LAZY_SUBMODULES = ("distributed", "numpyro")
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = [
     "Bounded",
     "Identity",
