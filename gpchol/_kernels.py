@@ -416,7 +416,6 @@ class ExpSquared(Kernel):
         Example:
             >>> import jax.numpy as jnp
             >>> import numpy as np
-    >>> import numpy as np
             >>> from gpchol.kernels import ExpSquared
             >>> k = ExpSquared(lengthscale=jnp.array([1.0, 2.0]))
             >>> X = jnp.array([[0.0, 0.0], [1.0, 2.0]])
@@ -458,7 +457,6 @@ class Matern12(Kernel):
         Example:
             >>> import jax.numpy as jnp
             >>> import numpy as np
-    >>> import numpy as np
             >>> from gpchol.kernels import Matern12
             >>> K = Matern12(lengthscale=2.0)(jnp.array([0.0]), jnp.array([0.0, 2.0]))
             >>> print(np.asarray(K, float).round(4))
@@ -500,7 +498,6 @@ class Matern32(Kernel):
         Example:
             >>> import jax.numpy as jnp
             >>> import numpy as np
-    >>> import numpy as np
             >>> from gpchol.kernels import Matern32
             >>> K = Matern32()(jnp.array([0.0]), jnp.array([0.0, 1.0]))
             >>> print(np.asarray(K, float).round(4))
@@ -542,7 +539,6 @@ class Matern52(Kernel):
         Example:
             >>> import jax.numpy as jnp
             >>> import numpy as np
-    >>> import numpy as np
             >>> from gpchol.kernels import Matern52
             >>> K = Matern52()(jnp.array([0.0]), jnp.array([0.0, 1.0]))
             >>> print(np.asarray(K, float).round(4))
@@ -586,7 +582,6 @@ class RationalQuadratic(Kernel):
         Example:
             >>> import jax.numpy as jnp
             >>> import numpy as np
-    >>> import numpy as np
             >>> from gpchol.kernels import RationalQuadratic
             >>> k = RationalQuadratic(lengthscale=1.0, alpha=0.5)  # (1 + r^2)^(-1/2)
             >>> print(np.asarray(k(jnp.array([0.0]), jnp.array([0.0, 1.0])), float).round(4))
@@ -632,7 +627,6 @@ class Periodic(Kernel):
         Example:
             >>> import jax.numpy as jnp
             >>> import numpy as np
-    >>> import numpy as np
             >>> from gpchol.kernels import Periodic
             >>> k = Periodic(lengthscale=1.0, period=2.0)
             >>> print(np.asarray(k(jnp.array([0.0]), jnp.array([0.0, 1.0, 2.0])), float).round(4))
@@ -685,7 +679,6 @@ class Linear(Kernel):
         Example:
             >>> import jax.numpy as jnp
             >>> import numpy as np
-    >>> import numpy as np
             >>> from gpchol.kernels import Linear
             >>> k = Linear(variance=2.0, offset=1.0)
             >>> print(np.asarray(k(jnp.array([0.0, 3.0])), float).round(4))
@@ -735,7 +728,6 @@ class Polynomial(Kernel):
         Example:
             >>> import jax.numpy as jnp
             >>> import numpy as np
-    >>> import numpy as np
             >>> from gpchol.kernels import Polynomial
             >>> k = Polynomial(degree=2, variance=1.0, offset=1.0)
             >>> print(np.asarray(k(jnp.array([1.0, 2.0])), float).round(4))
@@ -786,7 +778,6 @@ class Constant(Kernel):
         Example:
             >>> import jax.numpy as jnp
             >>> import numpy as np
-    >>> import numpy as np
             >>> from gpchol.kernels import Constant
             >>> print(Constant(2.5)(jnp.zeros(2), jnp.zeros(3)))
             [[2.5 2.5 2.5]
@@ -833,7 +824,6 @@ class White(Kernel):
         Example:
             >>> import jax.numpy as jnp
             >>> import numpy as np
-    >>> import numpy as np
             >>> from gpchol.kernels import White
             >>> X = jnp.array([0.0, 1.0, 2.0])
             >>> print(White(0.5)(X, X))
@@ -879,7 +869,6 @@ class Sum(Kernel):
         Example:
             >>> import jax.numpy as jnp
             >>> import numpy as np
-    >>> import numpy as np
             >>> from gpchol.kernels import Constant, ExpSquared
             >>> k = ExpSquared() + Constant(1.0)
             >>> print(type(k).__name__, jnp.round(k(jnp.zeros(1)), 4))
@@ -907,7 +896,6 @@ class Product(Kernel):
         Example:
             >>> import jax.numpy as jnp
             >>> import numpy as np
-    >>> import numpy as np
             >>> from gpchol.kernels import ExpSquared, Periodic
             >>> k = ExpSquared(lengthscale=10.0) * Periodic(period=1.0)
             >>> print(np.asarray(k(jnp.array([0.0]), jnp.array([1.0])), float).round(4))
@@ -939,7 +927,6 @@ class Scale(Kernel):
         Example:
             >>> import jax.numpy as jnp
             >>> import numpy as np
-    >>> import numpy as np
             >>> from gpchol.kernels import Matern32
             >>> k = 4.0 * Matern32()
             >>> print(k.amplitude, jnp.round(k.diag(jnp.zeros(2)), 4))
