@@ -579,6 +579,14 @@ def cholesky_with_status(a, *, tile_size=None, backend="auto", jitter=None):
         >>> L.tolist(), int(status)
         ([[2.0, 0.0], [1.0, 1.4142135381698608]], 0)
     """
+    if jitter is None and backend == "auto":
+        # A matrix sharded over a mesh takes the distributed path (gpchol.distributed);
+        # imported here because gpchol.distributed builds on this module.
+        from .distributed._dispatch import maybe_sharded_cholesky
+
+        out = maybe_sharded_cholesky(a, tile_size)
+        if out is not None:
+            return out
     a, nb, be = _prepare(a, tile_size, backend)
     jitter = _normalize_jitter(jitter)
     a = _symmetrize(a)

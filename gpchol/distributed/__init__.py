@@ -1,0 +1,42 @@
+"""Sharded, differentiable Cholesky across the devices of a JAX mesh (one or many processes).
+
+Entry points, each in three shapes (direct and jitted for you; inside the caller's
+``jax.jit``; inside the caller's ``jax.shard_map`` on local blocks):
+
+* :func:`potrf` / :func:`potrf_jit_ctx` / :func:`potrf_shardmap_ctx`: the factor;
+* :func:`potrs` / :func:`potrs_jit_ctx` / :func:`potrs_shardmap_ctx`: solves with it;
+* :func:`logdet` / :func:`logdet_jit_ctx` / :func:`logdet_shardmap_ctx`;
+* :func:`gaussian_log_likelihood`: a GP marginal likelihood whose covariance tiles are
+  built on the devices that own them.
+
+The matrix is sharded as ``NamedSharding(mesh, P(row_axis, col_axis))`` (or with one of
+the two axes ``None``). Inside, it is factored right-looking on a 2D block-cyclic tile
+layout with the panel broadcasts as mesh collectives; no device ever holds the whole
+matrix. Reverse mode is Murray's blocked adjoint on the same tiles.
+"""
+
+from ._api import (
+    logdet,
+    logdet_jit_ctx,
+    logdet_shardmap_ctx,
+    potrf,
+    potrf_jit_ctx,
+    potrf_shardmap_ctx,
+    potrs,
+    potrs_jit_ctx,
+    potrs_shardmap_ctx,
+)
+from ._gp import gaussian_log_likelihood
+
+__all__ = [
+    "gaussian_log_likelihood",
+    "logdet",
+    "logdet_jit_ctx",
+    "logdet_shardmap_ctx",
+    "potrf",
+    "potrf_jit_ctx",
+    "potrf_shardmap_ctx",
+    "potrs",
+    "potrs_jit_ctx",
+    "potrs_shardmap_ctx",
+]

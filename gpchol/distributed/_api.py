@@ -1,0 +1,554 @@
+"""Public entry points: potrf / potrs / logdet in three shapes (direct, jit, shard_map)."""
+
+from __future__ import annotations
+
+import functools
+import math
+import types
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from .._validate import as_float_array
+from . import _core, _layout, _local
+
+__all__ = [
+    "logdet",
+    "logdet_jit_ctx",
+    "logdet_shardmap_ctx",
+    "potrf",
+    "potrf_jit_ctx",
+    "potrf_shardmap_ctx",
+    "potrs",
+    "potrs_jit_ctx",
+    "potrs_shardmap_ctx",
+]
+
+
+# ----------------------------------------------------------------------------------------
+# Validation and set-up
+# ----------------------------------------------------------------------------------------
+
+
+def _axis_entry(entry, mesh, what):
+    if entry is None:
+        return None
+    if isinstance(entry, tuple):
+        if len(entry) != 1:
+            raise ValueError(
+                f"the {what} dimension is sharded over several mesh axes {entry}; shard each "
+                "matrix dimension over at most one mesh axis, e.g. P('r', 'c')."
+            )
+        entry = entry[0]
+    if entry not in mesh.axis_names:
+        raise ValueError(
+            f"mesh axis {entry!r} ({what} dimension) is not in the mesh, whose axes are "
+            f"{tuple(mesh.axis_names)}; use one of those names."
+        )
+    return entry
+
+
+def _axes_of(spec, mesh):
+    spec = tuple(spec) + (None,) * (2 - len(tuple(spec)))
+    if len(spec) != 2:
+        raise ValueError(f"the sharding spec must have 2 entries for a matrix; got {spec}.")
+    r = _axis_entry(spec[0], mesh, "row")
+    c = _axis_entry(spec[1], mesh, "column")
+    if r is not None and r == c:
+        raise ValueError(f"rows and columns are sharded over the same mesh axis {r!r}.")
+    return r, c
+
+
+def _check_matrix(a, name="a"):
+    if a.ndim != 2:
+        raise ValueError(
+            f"{name} must be a 2-D (n, n) matrix; got shape {tuple(a.shape)}. The "
+            "sharded path has no batch dimensions: loop or vmap over gpchol.cholesky instead."
+        )
+    if a.shape[0] != a.shape[1]:
+        raise ValueError(f"{name} must be square; got shape {tuple(a.shape)}.")
+
+
+def _setup(n, T_A, mesh, row_axis, col_axis):
+    """Validate sizes; return ``(Grid, Padding)``."""
+    Pr = mesh.shape[row_axis] if row_axis else 1
+    Pc = mesh.shape[col_axis] if col_axis else 1
+    Lc = math.lcm(Pr, Pc)
+    if n == 0 or n % Lc:
+        raise ValueError(
+            f"n = {n} must be a positive multiple of lcm(Pr, Pc) = {Lc} for a "
+            f"{Pr}x{Pc} process grid (each device needs an equal block); pad the matrix "
+            f"with identity rows/columns to a multiple of {Lc} or use another mesh."
+        )
+    shard = min(n // Pr, n // Pc)
+    if T_A is None:
+        T_A = max(1, min(shard, 256, -(-n // (Lc * 8)) if n > 2048 else shard))
+        T_A = min(T_A, 256)
+    if isinstance(T_A, bool) or not isinstance(T_A, (int, np.integer)):
+        raise TypeError(f"T_A must be a positive int; got {T_A!r}.")
+    if T_A < 1:
+        raise ValueError(f"T_A (tile size) must be >= 1; got {T_A}.")
+    if T_A > shard:
+        raise ValueError(
+            f"T_A = {T_A} is larger than a shard ({n // Pr} x {n // Pc} on a {Pr}x{Pc} "
+            f"grid); use T_A <= {shard}."
+        )
+    return _layout.make_grid(n, int(T_A), Pr, Pc, row_axis, col_axis)
+
+
+def _sharding_of(a):
+    s = getattr(a, "sharding", None)
+    if isinstance(s, NamedSharding):
+        return s
+    aval = getattr(a, "aval", None)
+    s = getattr(aval, "sharding", None)
+    if isinstance(s, NamedSharding) and s.mesh.axis_names and any(x is not None for x in s.spec):
+        return s
+    return None
+
+
+def _default_spec(mesh):
+    names = tuple(mesh.axis_names)
+    if not names:
+        raise ValueError(
+            "the mesh has no axes; pass a mesh such as jax.make_mesh((2, 2), ('r', 'c'))."
+        )
+    return P(names[0], names[1] if len(names) > 1 else None)
+
+
+def _resolve(a, mesh, spec=None):
+    """``(mesh, spec)`` from the array's sharding, or the given mesh (and spec)."""
+    s = _sharding_of(a)
+    if mesh is None:
+        if s is not None:
+            return s.mesh, s.spec if spec is None else spec
+        mesh = jax.sharding.get_abstract_mesh()
+        if not mesh.axis_names:
+            raise ValueError(
+                "cannot tell which mesh to use: the input is not sharded with a "
+                "NamedSharding; pass mesh=jax.make_mesh((Pr, Pc), ('r', 'c')) or place the "
+                "input with jax.device_put(a, NamedSharding(mesh, P('r', 'c')))."
+            )
+    if spec is None:
+        if s is not None and tuple(s.mesh.axis_names) == tuple(mesh.axis_names):
+            spec = s.spec
+        else:
+            spec = _default_spec(mesh)
+    return mesh, spec
+
+
+def _explicit(mesh):
+    return any(t == AxisType.Explicit for t in getattr(mesh, "axis_types", ()))
+
+
+def _constrain(x, mesh, spec):
+    s = NamedSharding(mesh, spec)
+    if _explicit(mesh):
+        return jax.sharding.reshard(x, s)
+    return jax.lax.with_sharding_constraint(x, s)
+
+
+def _sym_tangent(a, mesh, spec):
+    """Identity on ``a``; its tangent is symmetrized, ``(da + da^T) / 2``.
+
+    The sharded core reads the lower triangle; with this wrapper the gradient of every
+    public function is the symmetric one, as through ``jnp.linalg.cholesky``.
+    """
+
+    @jax.custom_jvp
+    def ident(x):
+        return x
+
+    @ident.defjvp
+    def _jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return x, 0.5 * (t + _constrain(t.T, mesh, spec))
+
+    return ident(a)
+
+
+def _smap(fn, mesh, in_specs, out_specs):
+    return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+
+
+def _norm_spec(spec):
+    t = tuple(spec) + (None,) * (2 - len(tuple(spec)))
+    return P(*t)
+
+
+# ----------------------------------------------------------------------------------------
+# potrf
+# ----------------------------------------------------------------------------------------
+
+
+def _potrf_traced(a, T_A, mesh, spec):
+    n = a.shape[0]
+    spec = _norm_spec(spec)
+    r, c = _axes_of(spec, mesh)
+    grid, pad = _setup(n, T_A, mesh, r, c)
+    a = _sym_tangent(a, mesh, spec)
+    body = functools.partial(_core.potrf_block, grid, pad)
+    return _smap(body, mesh, (spec,), (spec, P()))(a)
+
+
+def potrf_jit_ctx(a, T_A=None, *, mesh=None, spec=None):
+    r"""Sharded Cholesky for use inside the caller's own ``jax.jit``.
+
+    Args:
+        a: ``(n, n)`` symmetric positive-definite matrix (lower triangle read), sharded as
+            ``P(row_axis, col_axis)``, ``P(row_axis, None)`` or ``P(None, col_axis)``.
+        T_A: tile size (``1 <= T_A <= n / max(Pr, Pc)``); default picks one.
+        mesh: the mesh; default: ``a``'s sharding, else the mesh set by ``jax.set_mesh``.
+        spec: the ``PartitionSpec`` of ``a`` when it cannot be read from ``a`` (default:
+            the mesh's first two axes).
+
+    Returns:
+        ``(L, status)``: ``(n, n)`` lower factor sharded like ``a`` (NaN on failure) and a
+        replicated int32 status (0, or the 1-based first failing pivot). The factor is
+        computed in the work buffer; donate ``a`` to the caller's ``jit`` to reuse it.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, numpy as np
+        >>> from jax.sharding import NamedSharding, PartitionSpec as P
+        >>> from gpchol import distributed as gd
+        >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
+        >>> a = jax.device_put(jnp.eye(8) * 4.0, NamedSharding(mesh, P("r", "c")))
+        >>> L, status = jax.jit(lambda x: gd.potrf_jit_ctx(x, 4))(a)
+        >>> float(L[0, 0]), int(status)
+        (2.0, 0)
+    """
+    a = as_float_array(a, "a")
+    _check_matrix(a)
+    mesh, spec = _resolve(a, mesh, spec)
+    return _potrf_traced(a, T_A, mesh, spec)
+
+
+@functools.lru_cache(maxsize=64)
+def _potrf_jitted(mesh, spec, T_A, donate):
+    out = NamedSharding(mesh, spec)
+
+    def f(a):
+        return _potrf_traced(a, T_A, mesh, spec)
+
+    return jax.jit(
+        f,
+        donate_argnums=(0,) if donate else (),
+        out_shardings=(out, NamedSharding(mesh, P())),
+    )
+
+
+def _place(a, mesh, spec):
+    s = NamedSharding(mesh, spec)
+    if isinstance(a, jax.core.Tracer):
+        return a
+    if getattr(a, "sharding", None) != s:
+        a = jax.device_put(a, s)
+    return a
+
+
+def potrf(a, T_A=None, mesh=None, *, donate=True, return_status=False):
+    r"""Sharded, differentiable Cholesky factor ``L`` (lower) of ``a = L L^T``.
+
+    Right-looking tiled Cholesky on a 2D block-cyclic tile layout inside ``shard_map``;
+    no device ever holds the whole matrix. Reverse mode is Murray's blocked adjoint on the
+    same tiles; the gradient is the symmetric one (as through ``jnp.linalg.cholesky``).
+
+    Args:
+        a: ``(n, n)`` symmetric positive-definite float32/float64 matrix (lower triangle
+            read), sharded as ``NamedSharding(mesh, P(row_axis, col_axis))`` (or
+            ``P(row_axis, None)`` / ``P(None, col_axis)``). An unsharded array is placed
+            with ``P(first_axis, second_axis)`` of ``mesh``. ``n`` must be a multiple of
+            ``lcm(Pr, Pc)``; it need not be a multiple of ``T_A`` (padded internally).
+        T_A: tile size, ``1 <= T_A <= n / max(Pr, Pc)``; default picks one.
+        mesh: the mesh (default: ``a``'s).
+        donate: donate ``a``'s buffer to the factor (``a`` is deleted afterwards).
+        return_status: also return the status.
+
+    Returns:
+        ``L`` with ``a``'s sharding, or ``(L, status)``; status is 0 on success, else the
+        1-based index of the first failing pivot, and ``L`` is then all NaN.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from gpchol import distributed as gd
+        >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
+        >>> L = gd.potrf(jnp.eye(8) * 9.0, 4, mesh)
+        >>> float(L[3, 3])
+        3.0
+    """
+    a = as_float_array(a, "a")
+    _check_matrix(a)
+    mesh, spec = _resolve(a, mesh)
+    spec = _norm_spec(spec)
+    _axes_of(spec, mesh)
+    _setup(a.shape[0], T_A, mesh, *_axes_of(spec, mesh))
+    if isinstance(a, jax.core.Tracer):
+        L, status = _potrf_traced(a, T_A, mesh, spec)
+    else:
+        a = _place(a, mesh, spec)
+        L, status = _potrf_jitted(mesh, spec, T_A, bool(donate))(a)
+    return (L, status) if return_status else L
+
+
+def potrf_shardmap_ctx(a_block, T_A, row_axis, col_axis):
+    r"""Sharded Cholesky inside the caller's ``jax.shard_map``, on the local block.
+
+    Args:
+        a_block: this device's ``(n/Pr, n/Pc)`` block of ``a`` sharded as
+            ``P(row_axis, col_axis)`` (either axis may be ``None``).
+        T_A: tile size, ``1 <= T_A <= n / max(Pr, Pc)``.
+        row_axis, col_axis: mesh axis names (``None`` for an unsharded dimension).
+
+    The caller's ``shard_map`` needs ``check_vma=False`` (JAX 0.10's varying-axes check
+    rejects the ``custom_linear_solve`` that carries the derivative rules).
+
+    Returns:
+        ``(L_block, status)``: the local block of the lower factor (padding removed) and
+        the replicated status. Here the derivative is taken with respect to the lower
+        triangle of ``a`` (LAPACK's convention): symmetrize ``abar`` yourself if needed.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jax.sharding import NamedSharding, PartitionSpec as P
+        >>> from gpchol import distributed as gd
+        >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
+        >>> f = jax.shard_map(lambda b: gd.potrf_shardmap_ctx(b, 2, "r", "c"), mesh=mesh,
+        ...                   in_specs=P("r", "c"), out_specs=(P("r", "c"), P()),
+        ...                   check_vma=False)
+        >>> a = jax.device_put(jnp.eye(4) * 4.0, NamedSharding(mesh, P("r", "c")))
+        >>> L, s = f(a)
+        >>> float(L[1, 1]), int(s)
+        (2.0, 0)
+    """
+    grid, pad = _block_setup(a_block, T_A, row_axis, col_axis)
+    return _core.potrf_block(grid, pad, a_block)
+
+
+def _block_setup(a_block, T_A, row_axis, col_axis):
+    if a_block.ndim != 2:
+        raise ValueError(f"a_block must be 2-D; got shape {tuple(a_block.shape)}.")
+    Pr = jax.lax.axis_size(row_axis) if row_axis else 1
+    Pc = jax.lax.axis_size(col_axis) if col_axis else 1
+    n = a_block.shape[0] * Pr
+    if a_block.shape[1] * Pc != n:
+        raise ValueError(
+            f"a_block of shape {tuple(a_block.shape)} on a {Pr}x{Pc} grid is not a block of "
+            "a square matrix; check row_axis/col_axis and the in_specs."
+        )
+
+    mesh_like = types.SimpleNamespace(shape={row_axis: Pr, col_axis: Pc})
+    return _setup(n, T_A, mesh_like, row_axis, col_axis)
+
+
+# ----------------------------------------------------------------------------------------
+# potrs
+# ----------------------------------------------------------------------------------------
+
+
+def _rhs(b, n):
+    if b.ndim not in (1, 2) or b.shape[0] != n:
+        raise ValueError(f"b must have shape ({n},) or ({n}, k); got {tuple(b.shape)}.")
+    return (b[:, None], True) if b.ndim == 1 else (b, False)
+
+
+def _potrs_traced(L, b, T_A, mesh, spec):
+    n = L.shape[0]
+    spec = _norm_spec(spec)
+    r, c = _axes_of(spec, mesh)
+    grid, pad = _setup(n, T_A, mesh, r, c)
+    b2, vec = _rhs(b, n)
+    b2 = _constrain(b2.astype(L.dtype), mesh, P())
+    L = _sym_tangent_lower(L)
+    body = functools.partial(_core.potrs_block, grid, pad)
+    x = _smap(body, mesh, (spec, P()), P())(L, b2)
+    return x[:, 0] if vec else x
+
+
+def _sym_tangent_lower(L):
+    return L
+
+
+def potrs_jit_ctx(L, b, T_A=None, *, mesh=None, spec=None):
+    r"""Solve ``(L L^T) x = b`` with a sharded factor, inside the caller's ``jax.jit``.
+
+    Args:
+        L: ``(n, n)`` lower factor from :func:`potrf` (sharded as in :func:`potrf`).
+        b: ``(n,)`` or ``(n, k)`` right-hand side(s); replicated inside (``n * k`` numbers).
+        T_A: tile size of the solve.
+        mesh, spec: as in :func:`potrf_jit_ctx`.
+
+    Returns:
+        ``x`` with ``b``'s shape, replicated.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from gpchol import distributed as gd
+        >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
+        >>> L = gd.potrf(jnp.eye(4) * 4.0, 2, mesh)
+        >>> jax.jit(lambda L: gd.potrs_jit_ctx(L, jnp.ones(4), 2))(L).tolist()
+        [0.25, 0.25, 0.25, 0.25]
+    """
+    L = as_float_array(L, "L")
+    _check_matrix(L, "L")
+    b = as_float_array(b, "b")
+    mesh, spec = _resolve(L, mesh, spec)
+    return _potrs_traced(L, b, T_A, mesh, spec)
+
+
+def potrs(L, b, T_A=None, mesh=None):
+    r"""Solve ``(L L^T) x = b`` with a sharded Cholesky factor (one or many RHS).
+
+    Args:
+        L: ``(n, n)`` lower factor from :func:`potrf`, sharded as ``P(row_axis, col_axis)``.
+        b: ``(n,)`` or ``(n, k)``; gathered to every device (it is ``n * k`` numbers).
+        T_A: tile size; mesh: default ``L``'s.
+
+    Returns:
+        ``x`` with ``b``'s shape (replicated over the mesh). Differentiable in ``L`` and ``b``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from gpchol import distributed as gd
+        >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
+        >>> L = gd.potrf(jnp.eye(4) * 4.0, 2, mesh)
+        >>> gd.potrs(L, jnp.ones((4, 2)), 2).shape
+        (4, 2)
+    """
+    L = as_float_array(L, "L")
+    _check_matrix(L, "L")
+    b = as_float_array(b, "b")
+    mesh, spec = _resolve(L, mesh)
+    if not isinstance(L, jax.core.Tracer):
+        L = _place(L, mesh, _norm_spec(spec))
+    return _potrs_cached(mesh, _norm_spec(spec), T_A)(L, b)
+
+
+@functools.lru_cache(maxsize=64)
+def _potrs_cached(mesh, spec, T_A):
+    return jax.jit(lambda L, b: _potrs_traced(L, b, T_A, mesh, spec))
+
+
+def potrs_shardmap_ctx(L_block, b, T_A, row_axis, col_axis):
+    r"""Solve with the local factor block inside the caller's ``shard_map``.
+
+    Args:
+        L_block: local ``(n/Pr, n/Pc)`` block of the factor.
+        b: replicated ``(n,)`` or ``(n, k)`` right-hand side.
+        T_A, row_axis, col_axis: as in :func:`potrf_shardmap_ctx`.
+
+    Returns:
+        replicated ``x`` with ``b``'s shape.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jax.sharding import NamedSharding, PartitionSpec as P
+        >>> from gpchol import distributed as gd
+        >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
+        >>> f = jax.shard_map(lambda l, b: gd.potrs_shardmap_ctx(l, b, 2, "r", "c"),
+        ...                   mesh=mesh, in_specs=(P("r", "c"), P()), out_specs=P(),
+        ...                   check_vma=False)
+        >>> L = jax.device_put(jnp.eye(4) * 2.0, NamedSharding(mesh, P("r", "c")))
+        >>> f(L, jnp.ones(4)).tolist()
+        [0.25, 0.25, 0.25, 0.25]
+    """
+    grid, pad = _block_setup(L_block, T_A, row_axis, col_axis)
+    b2, vec = _rhs(b, pad.n)
+    x = _core.potrs_block(grid, pad, L_block, b2.astype(L_block.dtype))
+    return x[:, 0] if vec else x
+
+
+# ----------------------------------------------------------------------------------------
+# logdet
+# ----------------------------------------------------------------------------------------
+
+
+def _logdet_traced(L, mesh, spec):
+    n = L.shape[0]
+    spec = _norm_spec(spec)
+    r, c = _axes_of(spec, mesh)
+    Pr = mesh.shape[r] if r else 1
+    Pc = mesh.shape[c] if c else 1
+    grid = _local.Grid(Pr, Pc, 1, 1, r, c)
+    body = functools.partial(_core.logdet_block, grid, n // Pr, n // Pc)
+    return _smap(body, mesh, (spec,), P())(L)
+
+
+def logdet_jit_ctx(L, *, mesh=None, spec=None):
+    r"""``log det(L L^T)`` from a sharded factor, inside the caller's ``jax.jit``.
+
+    Args:
+        L: ``(n, n)`` sharded lower factor. mesh, spec: as in :func:`potrf_jit_ctx`.
+
+    Returns:
+        replicated scalar.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from gpchol import distributed as gd
+        >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
+        >>> L = gd.potrf(jnp.eye(4) * 4.0, 2, mesh)
+        >>> round(float(jax.jit(gd.logdet_jit_ctx)(L)), 4)  # 4 log 4
+        5.5452
+    """
+    L = as_float_array(L, "L")
+    _check_matrix(L, "L")
+    mesh, spec = _resolve(L, mesh, spec)
+    return _logdet_traced(L, mesh, spec)
+
+
+def logdet(L, mesh=None):
+    r"""``log det(L L^T) = 2 sum_i log L_ii`` from a sharded factor (no gathering).
+
+    Args:
+        L: ``(n, n)`` lower factor sharded as ``P(row_axis, col_axis)``.
+        mesh: default ``L``'s.
+
+    Returns:
+        scalar (NaN for a failed factor).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from gpchol import distributed as gd
+        >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
+        >>> round(float(gd.logdet(gd.potrf(jnp.eye(4) * 4.0, 2, mesh))), 4)
+        5.5452
+    """
+    L = as_float_array(L, "L")
+    _check_matrix(L, "L")
+    mesh, spec = _resolve(L, mesh)
+    if not isinstance(L, jax.core.Tracer):
+        L = _place(L, mesh, _norm_spec(spec))
+    return _logdet_cached(mesh, _norm_spec(spec))(L)
+
+
+@functools.lru_cache(maxsize=64)
+def _logdet_cached(mesh, spec):
+    return jax.jit(lambda L: _logdet_traced(L, mesh, spec))
+
+
+def logdet_shardmap_ctx(L_block, row_axis, col_axis):
+    r"""``log det(L L^T)`` from the local factor block inside the caller's ``shard_map``.
+
+    Args:
+        L_block: local ``(n/Pr, n/Pc)`` block. row_axis, col_axis: mesh axis names.
+
+    Returns:
+        replicated scalar.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jax.sharding import NamedSharding, PartitionSpec as P
+        >>> from gpchol import distributed as gd
+        >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
+        >>> f = jax.shard_map(lambda l: gd.logdet_shardmap_ctx(l, "r", "c"), mesh=mesh,
+        ...                   in_specs=P("r", "c"), out_specs=P(), check_vma=False)
+        >>> L = jax.device_put(jnp.eye(4) * 2.0, NamedSharding(mesh, P("r", "c")))
+        >>> round(float(f(L)), 4)
+        5.5452
+    """
+    Pr = jax.lax.axis_size(row_axis) if row_axis else 1
+    Pc = jax.lax.axis_size(col_axis) if col_axis else 1
+    grid = _local.Grid(Pr, Pc, 1, 1, row_axis, col_axis)
+    return _core.logdet_block(grid, L_block.shape[0], L_block.shape[1], L_block)

@@ -1,0 +1,92 @@
+"""The differentiable per-device core and the shard_map bodies of potrf/potrs/logdet.
+
+``_chol_cyclic(grid, w)`` factors the local block-cyclic block ``w``. Its derivative rules
+use the pattern of :mod:`gpchol._cholesky`: the JVP returns
+``lax.custom_linear_solve(matvec, dA, solve=tangent_local, transpose_solve=adjoint_local)``
+so that forward mode runs the tiled tangent map and reverse mode Murray's blocked adjoint,
+both on the same sharded tiles with the same broadcasts; the only residual is ``L``.
+The core reads the lower triangle of its input (and of its tangent); its cotangent is the
+exact transpose of that (``Abar`` with Murray's convention). Second-order derivatives are
+not supported on this path (``matvec`` is a NaN placeholder so that they cannot be
+silently wrong).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from . import _layout, _local
+from ._local import Grid
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _chol_cyclic(grid: Grid, w):
+    return _local.potrf_local(grid, w)
+
+
+@_chol_cyclic.defjvp
+def _chol_cyclic_jvp(grid, primals, tangents):
+    (w,), (w_dot,) = primals, tangents
+    L, status = _chol_cyclic(grid, w)
+
+    def matvec(x):  # second-order derivatives are not supported on the sharded path
+        return x * jnp.asarray(jnp.nan, x.dtype)
+
+    def solve(_, b):
+        return _local.tangent_local(grid, L, b)
+
+    def transpose_solve(_, lbar):
+        return _local.adjoint_local(grid, L, lbar)
+
+    L_dot = lax.custom_linear_solve(matvec, w_dot, solve, transpose_solve)
+    return (L, status), (L_dot, np.zeros(status.shape, jax.dtypes.float0))
+
+
+def _status_to_unpadded(p: _layout.Padding, status):
+    """Padded 1-based pivot -> original 1-based pivot (padding never fails)."""
+    if p.sp == p.seg:
+        return status
+    s = jnp.maximum(status - 1, 0)
+    orig = (s // p.sp) * p.seg + jnp.minimum(s % p.sp, p.seg - 1) + 1
+    return jnp.where(status == 0, 0, orig).astype(jnp.int32)
+
+
+def potrf_block(grid: Grid, pad: _layout.Padding, a_block):
+    """Factor from the local contiguous block; returns ``(L_block, status)``."""
+    pr, pc = _local.coords(grid)
+    w = _layout.pad_block(grid, pad, a_block, pr, pc)
+    w = _layout.block_to_cyclic(grid, w)
+    L, status = _chol_cyclic(grid, w)
+    L = _layout.cyclic_to_block(grid, L)
+    return _layout.unpad_block(grid, pad, L), _status_to_unpadded(pad, status)
+
+
+def _cyclic_factor(grid, pad, L_block):
+    pr, pc = _local.coords(grid)
+    L = _layout.pad_block(grid, pad, L_block, pr, pc)
+    return _layout.block_to_cyclic(grid, L)
+
+
+def potrs_block(grid: Grid, pad: _layout.Padding, L_block, b):
+    """Solve ``L L^T x = b`` from the local factor block; ``b`` replicated ``(n, r)``."""
+    L = _cyclic_factor(grid, pad, L_block)
+    D = [_local.diag_tile(grid, L, k) for k in range(grid.nt)]
+    bp = _layout.pad_vector(pad, b)
+    z = _local.trsv_lower_local(grid, L, bp, D)
+    x = _local.trsv_upper_local(grid, L, z, D)
+    return _layout.unpad_vector(pad, x)
+
+
+def logdet_block(grid: Grid, n_rows, n_cols, L_block):
+    """``2 sum log diag L`` from the local contiguous block (no padding needed)."""
+    pr, pc = _local.coords(grid)
+    gr = pr * n_rows + jnp.arange(n_rows)
+    gc = pc * n_cols + jnp.arange(n_cols)
+    on = gr[:, None] == gc[None, :]
+    val = jnp.sum(jnp.where(on, jnp.log(jnp.where(on, L_block, 1.0)), 0.0))
+    return 2.0 * _local._psum(val, grid.axes)

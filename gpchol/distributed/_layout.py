@@ -1,0 +1,172 @@
+"""Per-device layout changes: padding, and contiguous blocks <-> 2D block-cyclic tiles.
+
+The public sharding ``P(row_axis, col_axis)`` gives device ``(pr, pc)`` a contiguous
+``(n/Pr, n/Pc)`` block. Padding is done per device: ``n`` is cut into ``Lc = lcm(Pr, Pc)``
+segments of ``seg = n / Lc`` indices and every segment is padded to ``sp = q*T`` (rows
+and columns alike), with 1 on the padded diagonal and 0 elsewhere. The padded matrix is a
+symmetric permutation of ``blockdiag(A, I)``, so its factor is ``L`` with the same
+identity rows inserted, and no data has to move between devices to pad or unpad.
+
+Going from contiguous tile rows to cyclic tile rows (tile ``I`` on process row
+``I % Pr``) is a permutation of tile rows among the devices of one process column: one
+``all_to_all`` over the row axis (and likewise for columns over the column axis), with
+static send/receive tables indexed by the device's position. No device ever holds more
+than its own block plus one send and one receive buffer of about the same size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ._local import Grid, record
+
+
+@dataclasses.dataclass(frozen=True)
+class Padding:
+    """How an ``n x n`` matrix is padded on a grid: ``Lc`` segments of ``seg`` -> ``sp``."""
+
+    n: int
+    Lc: int
+    seg: int
+    sp: int
+
+    @property
+    def N(self):
+        return self.Lc * self.sp
+
+
+def make_grid(n, T, Pr, Pc, row_axis, col_axis):
+    """``(Grid, Padding)`` for an ``n x n`` matrix (``n`` divisible by lcm(Pr, Pc))."""
+    Lc = math.lcm(Pr, Pc)
+    seg = n // Lc
+    q = -(-seg // T)
+    pad = Padding(n=n, Lc=Lc, seg=seg, sp=q * T)
+    grid = Grid(Pr=Pr, Pc=Pc, nt=Lc * q, T=T, row_axis=row_axis, col_axis=col_axis)
+    return grid, pad
+
+
+def _pad_axis(x, axis, nseg, seg, sp):
+    if sp == seg:
+        return x
+    shape = x.shape
+    x = x.reshape(shape[:axis] + (nseg, seg) + shape[axis + 1 :])
+    widths = [(0, 0)] * x.ndim
+    widths[axis + 1] = (0, sp - seg)
+    x = jnp.pad(x, widths)
+    return x.reshape(shape[:axis] + (nseg * sp,) + shape[axis + 1 :])
+
+
+def _unpad_axis(x, axis, nseg, seg, sp):
+    if sp == seg:
+        return x
+    shape = x.shape
+    x = x.reshape(shape[:axis] + (nseg, sp) + shape[axis + 1 :])
+    x = lax.slice_in_dim(x, 0, seg, axis=axis + 1)
+    return x.reshape(shape[:axis] + (nseg * seg,) + shape[axis + 1 :])
+
+
+def _padded_real(p: Padding, nseg, start_seg):
+    """Global padded indices and 'is a real index' flags of a local padded range."""
+    loc = jnp.arange(nseg * p.sp)
+    return start_seg * p.sp + loc, (loc % p.sp) < p.seg
+
+
+def pad_block(g: Grid, p: Padding, x, pr, pc, diag_value=1.0):
+    """Pad the local ``(n/Pr, n/Pc)`` block; the padded diagonal gets ``diag_value``."""
+    if p.sp == p.seg:
+        return x
+    rs, cs = p.Lc // g.Pr, p.Lc // g.Pc
+    x = _pad_axis(_pad_axis(x, 0, rs, p.seg, p.sp), 1, cs, p.seg, p.sp)
+    gr, real_r = _padded_real(p, rs, pr * rs)
+    gc, _ = _padded_real(p, cs, pc * cs)
+    on = (gr[:, None] == gc[None, :]) & ~real_r[:, None]
+    return jnp.where(on, jnp.asarray(diag_value, x.dtype), x)
+
+
+def unpad_block(g: Grid, p: Padding, x):
+    rs, cs = p.Lc // g.Pr, p.Lc // g.Pc
+    return _unpad_axis(_unpad_axis(x, 0, rs, p.seg, p.sp), 1, cs, p.seg, p.sp)
+
+
+def pad_vector(p: Padding, b):
+    """Pad a replicated ``(n, r)`` right-hand side to ``(N, r)`` (zeros)."""
+    return _pad_axis(b, 0, p.Lc, p.seg, p.sp)
+
+
+def unpad_vector(p: Padding, x):
+    return _unpad_axis(x, 0, p.Lc, p.seg, p.sp)
+
+
+# ----------------------------------------------------------------------------------------
+# Permutations of tile rows among the devices of one mesh axis
+# ----------------------------------------------------------------------------------------
+
+
+def _tables(P, m, dest):
+    """Static send/gather tables for a permutation ``(p, i) -> (q, j)`` of units."""
+    groups = [[[] for _ in range(P)] for _ in range(P)]
+    for p in range(P):
+        for i in range(m):
+            q, j = dest(p, i)
+            groups[p][q].append((i, j))
+    cap = max(1, max(len(groups[p][q]) for p in range(P) for q in range(P)))
+    send = np.full((P, P * cap), m, np.int32)
+    gather = np.zeros((P, m), np.int32)
+    for p in range(P):
+        for q in range(P):
+            for s, (i, j) in enumerate(groups[p][q]):
+                send[p, q * cap + s] = i
+                gather[q, j] = p * cap + s
+    return send, gather
+
+
+def _permute_units(x, axis_name, P, dest):
+    """Permute the leading-axis units of ``x`` among the ``P`` devices of ``axis_name``."""
+    m = x.shape[0]
+    send, gather = _tables(P, m, dest)
+    me = lax.axis_index(axis_name)
+    xp = jnp.concatenate([x, jnp.zeros((1,) + x.shape[1:], x.dtype)], axis=0)
+    buf = jnp.take(xp, jnp.asarray(send)[me], axis=0)
+    record("all_to_all", buf, (axis_name,))
+    buf = lax.all_to_all(buf, axis_name, 0, 0, tiled=True)
+    return jnp.take(buf, jnp.asarray(gather)[me], axis=0)
+
+
+def _block_to_cyclic_dest(P, m):
+    return lambda p, i: ((p * m + i) % P, (p * m + i) // P)
+
+
+def _cyclic_to_block_dest(P, m):
+    return lambda p, i: ((i * P + p) // m, (i * P + p) % m)
+
+
+def _rows(x, g: Grid, dest_fn):
+    if g.Pr == 1 or g.row_axis is None:
+        return x
+    T, mr = g.T, g.mr
+    u = x.reshape(mr, T, x.shape[1])
+    return _permute_units(u, g.row_axis, g.Pr, dest_fn(g.Pr, mr)).reshape(x.shape)
+
+
+def _cols(x, g: Grid, dest_fn):
+    if g.Pc == 1 or g.col_axis is None:
+        return x
+    T, mc = g.T, g.mc
+    u = x.reshape(x.shape[0], mc, T).transpose(1, 0, 2)
+    u = _permute_units(u, g.col_axis, g.Pc, dest_fn(g.Pc, mc))
+    return u.transpose(1, 0, 2).reshape(x.shape)
+
+
+def block_to_cyclic(g: Grid, x):
+    """Local contiguous (padded) block -> local block-cyclic block."""
+    return _cols(_rows(x, g, _block_to_cyclic_dest), g, _block_to_cyclic_dest)
+
+
+def cyclic_to_block(g: Grid, x):
+    """Local block-cyclic block -> local contiguous (padded) block."""
+    return _cols(_rows(x, g, _cyclic_to_block_dest), g, _cyclic_to_block_dest)

@@ -1,0 +1,389 @@
+"""Per-device tiled algorithms on the 2D block-cyclic layout (run inside ``shard_map``).
+
+Layout: the padded matrix has ``nt x nt`` tiles of size ``T``; tile ``(I, J)`` lives on
+mesh device ``(I % Pr, J % Pc)`` at local tile position ``(I // Pr, J // Pc)``. Each device
+holds a ``(mr*T, mc*T)`` local block, ``mr = nt / Pr``, ``mc = nt / Pc``.
+
+At step ``k`` the local tile rows with global index ``> k`` are a suffix of the local list
+that starts at ``ceil((k + 1 - pr) / Pr)``; over the process rows the starts differ by at
+most one. Every step therefore uses one static slice starting at the smallest start, and
+masks (by global index) the at most one leading tile row/column that is already done.
+Broadcasts are masked ``psum`` over a mesh axis (only the owner contributes non-zeros).
+
+Everything here is written for a fixed :class:`Grid` (static Python ints and axis names);
+the functions see only local blocks and are differentiable by JAX where needed (the
+triangular solves used by ``potrs`` and ``logdet``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .._cholesky import _chol_rev_symbolic, _first_bad_pivot_unblocked, _mT, _phi, _put, _trsm
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """Static description of the tile grid on the mesh.
+
+    Attributes:
+        Pr, Pc: process grid (sizes of ``row_axis`` / ``col_axis``; 1 when absent).
+        nt: tiles per dimension of the padded matrix (a multiple of ``Pr`` and ``Pc``).
+        T: tile size.
+        row_axis, col_axis: mesh axis names (``None`` for an absent axis).
+    """
+
+    Pr: int
+    Pc: int
+    nt: int
+    T: int
+    row_axis: str | None
+    col_axis: str | None
+
+    @property
+    def mr(self):
+        return self.nt // self.Pr
+
+    @property
+    def mc(self):
+        return self.nt // self.Pc
+
+    @property
+    def axes(self):
+        return tuple(a for a in (self.row_axis, self.col_axis) if a is not None)
+
+
+# ----------------------------------------------------------------------------------------
+# Small helpers
+# ----------------------------------------------------------------------------------------
+
+
+# Set to a list by benchmarks/bench_distributed.py to record, at trace time, every
+# collective the algorithms issue (kind, shape, dtype, axes). Never set by the library.
+COLLECTIVE_LOG = None
+
+
+def record(kind, x, axes):
+    if COLLECTIVE_LOG is not None:
+        COLLECTIVE_LOG.append((kind, tuple(x.shape), np.dtype(x.dtype), tuple(axes)))
+
+
+def _psum(x, axes):
+    axes = tuple(a for a in (axes if isinstance(axes, tuple) else (axes,)) if a is not None)
+    if not axes:
+        return x
+    record("psum", x, axes)
+    return lax.psum(x, axes)
+
+
+def coords(g: Grid):
+    """``(pr, pc)``: this device's position on the process grid (traced ints)."""
+    pr = lax.axis_index(g.row_axis) if g.row_axis else jnp.int32(0)
+    pc = lax.axis_index(g.col_axis) if g.col_axis else jnp.int32(0)
+    return pr, pc
+
+
+def _start(k, P):
+    """Smallest local index (over the ``P`` process rows) of a tile with global index > k."""
+    return min(max(0, -(-(k + 1 - p) // P)) for p in range(P))
+
+
+def _end(k, P):
+    """Largest count (over processes) of local tiles with global index < k."""
+    return -(-k // P)
+
+
+def _expand(mask, T):
+    """Per-tile boolean mask ``(m,)`` -> per-row ``(m*T, 1)``."""
+    return jnp.repeat(mask, T)[:, None]
+
+
+def _tile(x, i, j, T):
+    return x[i * T : (i + 1) * T, j * T : (j + 1) * T]
+
+
+def _lowsym(t):
+    """Symmetric tile from its lower triangle."""
+    low = jnp.tril(t)
+    return low + _mT(jnp.tril(t, -1))
+
+
+def _chol_tile(t):
+    """Lower Cholesky factor of a symmetric tile (posed on the transpose; see _cholesky)."""
+    return lax.linalg.cholesky(_mT(t), symmetrize_input=False)
+
+
+def global_rows(g: Grid, pr):
+    """Global (padded) row index of every local row, ``(mr*T,)``."""
+    tiles = jnp.arange(g.mr) * g.Pr + pr
+    return (tiles[:, None] * g.T + jnp.arange(g.T)).reshape(-1)
+
+
+def global_cols(g: Grid, pc):
+    tiles = jnp.arange(g.mc) * g.Pc + pc
+    return (tiles[:, None] * g.T + jnp.arange(g.T)).reshape(-1)
+
+
+def lower_mask(g: Grid, x):
+    """``x`` with every entry above the global diagonal set to 0."""
+    pr, pc = coords(g)
+    gr, gc = global_rows(g, pr), global_cols(g, pc)
+    return jnp.where(gr[:, None] >= gc[None, :], x, jnp.zeros((), x.dtype))
+
+
+def diag_tile(g: Grid, x, k):
+    """Global diagonal tile ``k`` of the local block ``x``, broadcast to every device."""
+    pr, pc = coords(g)
+    own = (pr == k % g.Pr) & (pc == k % g.Pc)
+    t = _tile(x, k // g.Pr, k // g.Pc, g.T)
+    return _psum(jnp.where(own, t, jnp.zeros((), x.dtype)), g.axes)
+
+
+def _row_panel(g: Grid, x, k, sr):
+    """Column ``k`` of ``x`` at the local rows from ``sr``, broadcast along process rows.
+
+    Rows whose global index is ``<= k`` are zero. Shape ``((mr - sr) * T, T)``.
+    """
+    pr, pc = coords(g)
+    own_c = pc == k % g.Pc
+    lj = k // g.Pc
+    raw = x[sr * g.T :, lj * g.T : (lj + 1) * g.T]
+    rmask = (jnp.arange(sr, g.mr) * g.Pr + pr) > k
+    keep = own_c & _expand(rmask, g.T)
+    return _psum(jnp.where(keep, raw, jnp.zeros((), x.dtype)), g.col_axis)
+
+
+def _col_table(g: Grid, k, sr, sc):
+    """Static table: which row-panel tile gives each local column tile (or the zero tile)."""
+    nr = g.mr - sr
+    tab = np.full((g.Pr, g.Pc, g.mc - sc), nr, np.int32)
+    for pr in range(g.Pr):
+        for pc in range(g.Pc):
+            for j in range(g.mc - sc):
+                J = (sc + j) * g.Pc + pc
+                if J > k and J % g.Pr == pr:
+                    tab[pr, pc, j] = J // g.Pr - sr
+    return tab
+
+
+def _transpose_panel(g: Grid, panel_r, k, sr, sc):
+    """From a row panel (rows ``I = li*Pr + pr``) to the column panel (``J = lj*Pc + pc``).
+
+    Device ``(pr, pc)`` contributes the tiles ``J`` with ``J % Pr == pr`` it holds; a
+    ``psum`` over the row axis completes every device's ``((mc - sc) * T, T)`` panel. Tiles
+    with ``J <= k`` are zero.
+    """
+    pr, pc = coords(g)
+    T = g.T
+    tiles = panel_r.reshape(-1, T, T)
+    tiles = jnp.concatenate([tiles, jnp.zeros((1, T, T), tiles.dtype)], axis=0)
+    tab = jnp.asarray(_col_table(g, k, sr, sc))[pr, pc]
+    out = jnp.take(tiles, tab, axis=0).reshape(-1, T)
+    return _psum(out, g.row_axis)
+
+
+def _write_col(g: Grid, x, new, k, sr):
+    """Write the panel ``new`` into column ``k`` of ``x`` on its owner (rows > k only)."""
+    pr, pc = coords(g)
+    lj = k // g.Pc
+    old = x[sr * g.T :, lj * g.T : (lj + 1) * g.T]
+    rmask = (jnp.arange(sr, g.mr) * g.Pr + pr) > k
+    keep = (pc == k % g.Pc) & _expand(rmask, g.T)
+    return _put(x, jnp.where(keep, new, old), sr * g.T, lj * g.T)
+
+
+def _write_diag(g: Grid, x, new, k):
+    pr, pc = coords(g)
+    own = (pr == k % g.Pr) & (pc == k % g.Pc)
+    li, lj = k // g.Pr, k // g.Pc
+    old = _tile(x, li, lj, g.T)
+    return _put(x, jnp.where(own, new, old), li * g.T, lj * g.T)
+
+
+# ----------------------------------------------------------------------------------------
+# Forward factorization
+# ----------------------------------------------------------------------------------------
+
+
+def potrf_local(g: Grid, w):
+    """Right-looking tiled Cholesky of the local cyclic block ``w`` (lower triangle read).
+
+    Returns ``(L_local, status)``: ``L`` lower (upper tiles zeroed), NaN on failure;
+    ``status`` the 1-based first failing pivot in padded global numbering (0 = success),
+    identical on every device.
+    """
+    T, nt = g.T, g.nt
+    diag_in, oks = [], []
+    for k in range(nt):
+        d = _lowsym(diag_tile(g, w, k))
+        diag_in.append(d)
+        Lkk = _chol_tile(d)
+        oks.append(jnp.all(jnp.isfinite(jnp.diagonal(Lkk))))
+        w = _write_diag(g, w, Lkk, k)
+        if k == nt - 1:
+            break
+        sr, sc = _start(k, g.Pr), _start(k, g.Pc)
+        raw = _row_panel(g, w, k, sr)
+        panel_r = _trsm(Lkk, raw, left=False, trans=True)
+        w = _write_col(g, w, panel_r, k, sr)
+        panel_c = _transpose_panel(g, panel_r, k, sr, sc)
+        w = _put(w, w[sr * T :, sc * T :] - panel_r @ _mT(panel_c), sr * T, sc * T)
+    ok = jnp.stack(oks)
+    status = _status(jnp.stack(diag_in), ok, T)
+    L = lower_mask(g, w)
+    return jnp.where(status == 0, L, jnp.nan), status
+
+
+def _status(tiles, ok, T):
+    failed = ~jnp.all(ok)
+    first = jnp.argmin(ok)
+
+    def locate(args):
+        tiles, first = args
+        bad = _first_bad_pivot_unblocked(tiles[first])
+        return (first * T + jnp.maximum(bad, 1)).astype(jnp.int32)
+
+    return lax.cond(failed, locate, lambda _: jnp.int32(0), (tiles, first))
+
+
+# ----------------------------------------------------------------------------------------
+# Tangent map (forward mode): the JVP of potrf_local written in terms of L only
+# ----------------------------------------------------------------------------------------
+
+
+def tangent_local(g: Grid, L, dA):
+    """``dL`` for a tangent ``dA`` (lower triangle read), mirroring the forward steps.
+
+    Step ``k`` with ``S`` the Schur complement: ``dL_kk = L_kk Phi(L_kk^-1 dS_kk L_kk^-T)``,
+    ``dL_p = (dS_p - L_p dL_kk^T) L_kk^-T``, ``dS -= dL_p L_p^T + L_p dL_p^T``.
+    """
+    T, nt = g.T, g.nt
+    w = dA
+    for k in range(nt):
+        Lkk = diag_tile(g, L, k)
+        dS = _lowsym(diag_tile(g, w, k))
+        x = _trsm(Lkk, _trsm(Lkk, dS, left=True), left=False, trans=True)
+        dLkk = Lkk @ _phi(x)
+        w = _write_diag(g, w, dLkk, k)
+        if k == nt - 1:
+            break
+        sr, sc = _start(k, g.Pr), _start(k, g.Pc)
+        Lp_r = _row_panel(g, L, k, sr)
+        dp = _row_panel(g, w, k, sr) - Lp_r @ _mT(dLkk)
+        dLp_r = _trsm(Lkk, dp, left=False, trans=True)
+        w = _write_col(g, w, dLp_r, k, sr)
+        Lp_c = _transpose_panel(g, Lp_r, k, sr, sc)
+        dLp_c = _transpose_panel(g, dLp_r, k, sr, sc)
+        upd = dLp_r @ _mT(Lp_c) + Lp_r @ _mT(dLp_c)
+        w = _put(w, w[sr * T :, sc * T :] - upd, sr * T, sc * T)
+    return lower_mask(g, w)
+
+
+# ----------------------------------------------------------------------------------------
+# Reverse mode: Murray's blocked adjoint on the same tiles, last block column first
+# ----------------------------------------------------------------------------------------
+
+
+def adjoint_local(g: Grid, L, Lbar):
+    """Murray's blocked adjoint ``Abar`` (lower, his convention) of the local block.
+
+    For block column ``k`` (``R = L[k, :k]``, ``D = L_kk``, ``B = L[k+1:, :k]``,
+    ``C = L[k+1:, k]``)::
+
+        Cbar <- Cbar D^-1;  Bbar <- Bbar - Cbar R;  Dbar <- tril(Dbar) - tril(Cbar^T C)
+        Dbar <- symbolic(D, Dbar);  Rbar <- Rbar - Cbar^T B - (Dbar + Dbar^T) R
+
+    ``Abar`` is the exact transpose of :func:`tangent_local` (which reads the lower
+    triangle of ``dA``); the symmetric gradient is ``(Abar + Abar^T) / 2``.
+    """
+    T, nt = g.T, g.nt
+    pr, pc = coords(g)
+    gbar = lower_mask(g, Lbar)
+    for k in reversed(range(nt)):
+        D = diag_tile(g, L, k)
+        sr = _start(k, g.Pr)
+        e = _end(k, g.Pc)
+        li = k // g.Pr
+        own_r = pr == k % g.Pr
+        cmask = _expand((jnp.arange(e) * g.Pc + pc) < k, T).T if e else None
+        if k < nt - 1:
+            Cb_r = _trsm(D, _row_panel(g, gbar, k, sr), left=False)
+            gbar = _write_col(g, gbar, Cb_r, k, sr)
+            C_r = _row_panel(g, L, k, sr)
+        if e:
+            R_c = _psum(
+                jnp.where(own_r & cmask, L[li * T : (li + 1) * T, : e * T], 0.0), g.row_axis
+            )
+            R_c = R_c.astype(L.dtype)
+            if k < nt - 1:
+                gbar = _put(gbar, gbar[sr * T :, : e * T] - Cb_r @ R_c, sr * T, 0)
+        Db = jnp.tril(diag_tile(g, gbar, k))
+        if k < nt - 1:
+            Db = Db - jnp.tril(_psum(_mT(Cb_r) @ C_r, g.row_axis))
+        Db = _chol_rev_symbolic(D, Db)
+        gbar = _write_diag(g, gbar, Db, k)
+        if e:
+            upd = (Db + _mT(Db)) @ R_c
+            if k < nt - 1:
+                upd = upd + _psum(_mT(Cb_r) @ L[sr * T :, : e * T], g.row_axis)
+            old = gbar[li * T : (li + 1) * T, : e * T]
+            gbar = _put(gbar, jnp.where(own_r & cmask, old - upd, old), li * T, 0)
+    return gbar
+
+
+# ----------------------------------------------------------------------------------------
+# Solves and log-determinant with a replicated right-hand side
+# ----------------------------------------------------------------------------------------
+
+
+def _diag_tiles(g: Grid, L):
+    return [diag_tile(g, L, k) for k in range(g.nt)]
+
+
+def trsv_lower_local(g: Grid, L, b, D=None):
+    """Solve ``L x = b``; ``b`` replicated ``(nt*T, r)``, returns replicated ``x``."""
+    T, nt = g.T, g.nt
+    pr, pc = coords(g)
+    D = _diag_tiles(g, L) if D is None else D
+    xs = jnp.zeros((nt, T, b.shape[-1]), b.dtype)
+    for k in range(nt):
+        e = _end(k, g.Pc)
+        rhs = b[k * T : (k + 1) * T]
+        if e:
+            li = k // g.Pr
+            row = jnp.where(pr == k % g.Pr, L[li * T : (li + 1) * T, : e * T], 0.0)
+            xl = jnp.take(xs, jnp.arange(e) * g.Pc + pc, axis=0).reshape(e * T, -1)
+            rhs = rhs - _psum((row @ xl).astype(b.dtype), g.axes)
+        xs = xs.at[k].set(_trsm(D[k], rhs, left=True))
+    return xs.reshape(nt * T, -1)
+
+
+def trsv_upper_local(g: Grid, L, z, D=None):
+    """Solve ``L^T x = z``; ``z`` replicated ``(nt*T, r)``, returns replicated ``x``."""
+    T, nt = g.T, g.nt
+    pr, pc = coords(g)
+    D = _diag_tiles(g, L) if D is None else D
+    xs = jnp.zeros((nt, T, z.shape[-1]), z.dtype)
+    for k in reversed(range(nt)):
+        rhs = z[k * T : (k + 1) * T]
+        if k < nt - 1:
+            sr = _start(k, g.Pr)
+            lj = k // g.Pc
+            col = jnp.where(pc == k % g.Pc, L[sr * T :, lj * T : (lj + 1) * T], 0.0)
+            xl = jnp.take(xs, jnp.arange(sr, g.mr) * g.Pr + pr, axis=0).reshape(-1, z.shape[-1])
+            rhs = rhs - _psum((_mT(col) @ xl).astype(z.dtype), g.axes)
+        xs = xs.at[k].set(_trsm(D[k], rhs, left=True, trans=True))
+    return xs.reshape(nt * T, -1)
+
+
+def logdet_local(g: Grid, L):
+    """``2 sum log diag(L)`` (replicated); padded diagonal entries are 1."""
+    pr, pc = coords(g)
+    gr, gc = global_rows(g, pr), global_cols(g, pc)
+    on = gr[:, None] == gc[None, :]
+    val = jnp.sum(jnp.where(on, jnp.log(jnp.where(on, L, 1.0)), 0.0))
+    return 2.0 * _psum(val, g.axes)
