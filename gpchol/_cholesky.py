@@ -250,64 +250,73 @@ def _locate_failed_pivot(w, tiles0, first, starts, nb):
     return flat.reshape(batch)
 
 
-def _locate_pivot_loop(a, nb):
-    """First failing pivot of the Cholesky of each ``(n, n)`` matrix in ``a`` (slow path).
+def _np_first_bad_pivot(m, nb):
+    """First failing pivot (1-based) of the Cholesky of one NumPy matrix; 0 if none.
 
-    A compact blocked search (a ``while_loop`` over tiles of a padded copy, with masked
-    full-size updates, stopping at the first failed tile) so that the program stays small:
-    it is compiled into every XLA-backend factorization but runs only on failure.
+    Blocked, in NumPy, on the host: each diagonal tile is factored with
+    ``np.linalg.cholesky``; the first tile that fails is searched column by column.
     """
-    n = a.shape[-1]
-    nblk = -(-n // nb)
-    npad = nblk * nb
-    rows = jnp.arange(npad)
+    w = np.array(m, dtype=np.float64, copy=True)
+    n = w.shape[-1]
+    for j, k in _blocks(n, nb):
+        tile = w[j:k, j:k]
+        try:
+            d = np.linalg.cholesky(tile)
+            if not np.all(np.isfinite(np.diagonal(d))):
+                raise np.linalg.LinAlgError
+        except np.linalg.LinAlgError:
+            t = tile.copy()
+            for i in range(k - j):
+                if not t[i, i] > 0:
+                    return j + i + 1
+                col = t[i + 1 :, i] / np.sqrt(t[i, i])
+                t[i + 1 :, i + 1 :] -= np.outer(col, col)
+            return j + 1  # LAPACK failed where the search did not (rounding corner)
+        if k < n:
+            c = np.linalg.solve(d, w[k:, j:k].T).T  # panel: A[k:, j:k] D^-T
+            w[k:, k:] -= c @ c.T
+    return 0
 
-    def one(m):
-        w = jnp.pad(m, [(0, npad - n), (0, npad - n)])
-        w = w + jnp.diag(rows >= n).astype(m.dtype)
 
-        def cond(c):
-            kb, _, st = c
-            return (kb < nblk) & (st == 0)
+def _host_pivot_search(a, nb):
+    """Exact first failing pivot of each matrix in ``a``, computed on the host (slow path).
 
-        def body(c):
-            kb, w, _ = c
-            j = kb * nb
-            tile = lax.dynamic_slice(w, (j, j), (nb, nb))
-            d = lax.linalg.cholesky(tile, symmetrize_input=False)
-            ok = jnp.all(jnp.isfinite(jnp.diagonal(d)))
-            st = lax.cond(
-                ok,
-                lambda t: jnp.int32(0),
-                lambda t: j + jnp.maximum(_first_bad_pivot_unblocked(t), 1),
-                tile,
-            )
-            col = lax.dynamic_slice(w, (jnp.zeros_like(j), j), (npad, nb))
-            c = lax.linalg.triangular_solve(d, col, left_side=False, lower=True, transpose_a=True)
-            c = jnp.where((rows >= j + nb)[:, None], c, 0.0)
-            return kb + 1, w - c @ c.T, st.astype(jnp.int32)
+    Called through ``jax.pure_callback`` only when XLA's factorization failed, so that the
+    search adds no device memory or compile time to the factorization itself.
+    """
 
-        return lax.while_loop(cond, body, (jnp.int32(0), w, jnp.int32(0)))[2]
+    def search(x):
+        x = np.asarray(x)
+        out = np.zeros(x.shape[:-2], np.int32)
+        for idx in np.ndindex(out.shape):
+            out[idx] = _np_first_bad_pivot(x[idx], nb)
+        return out
 
-    flat = jax.vmap(one)(a.reshape((-1, n, n)))
-    return flat.reshape(a.shape[:-2])
+    return jax.pure_callback(
+        search,
+        jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32),
+        a,
+        vmap_method="expand_dims",
+    )
 
 
 def _potrf_xla(a, nb):
     """``jax.lax.linalg.cholesky`` (LAPACK on CPU, cuSOLVER on GPU), with exact status.
 
-    XLA reports failure as a NaN factor; the pivot is then located by
-    :func:`_locate_pivot_loop` (only when some batch element failed).
+    XLA reports failure as an all-NaN factor; the pivot is then located on the host by
+    :func:`_host_pivot_search` (only when some batch element failed).
     """
     L = lax.linalg.cholesky(a, symmetrize_input=False)
     failed = ~jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
     status = lax.cond(
         jnp.any(failed),
-        lambda x: _locate_pivot_loop(x, nb),
+        lambda x: _host_pivot_search(x, nb),
         lambda x: jnp.zeros(x.shape[:-2], jnp.int32),
         a,
     )
     status = jnp.where(failed, jnp.maximum(status, 1), 0).astype(jnp.int32)
+    # XLA's failed factor is NaN in its lower triangle only; make the whole matrix NaN,
+    # like the other backends.
     return _nan_where_failed(L, status), status
 
 
