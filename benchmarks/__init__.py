@@ -1,0 +1,1 @@
+"""gpchol's benchmark suite: ``python -m benchmarks [--quick] [--scale]`` (see run.py)."""

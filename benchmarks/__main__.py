@@ -1,0 +1,7 @@
+"""``python -m benchmarks``: the whole suite (see :mod:`benchmarks.run`)."""
+
+import sys
+
+from .run import main
+
+sys.exit(main())

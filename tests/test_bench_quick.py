@@ -1,0 +1,36 @@
+"""The benchmark suite's agreement check: every installed peer gives gpchol's values.
+
+Runs ``python -m benchmarks --agreement-only --sizes 300`` in a fresh process (the suite
+enables float64 itself and imports the peers, which this test session should not): the
+exact GP log marginal likelihood and its gradient wrt (amplitude, lengthscale, noise) from
+gpchol, the JAX-default path, tinygp, GPJax and scikit-learn on the same inputs must agree
+with gpchol's within 1e-8 relative, and gpchol's with a SciPy reference. Peers that are not
+installed are skipped by the suite with a message. Timings are not checked.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_bench_quick_agreement():
+    pytest.importorskip("scipy")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("XLA_FLAGS", None)  # one CPU device is enough here
+    p = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--agreement-only", "--sizes", "300"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )
+    out = p.stdout + p.stderr
+    assert "gpchol vs SciPy reference" in p.stdout, out[-3000:]
+    assert "DISAGREES" not in p.stdout, out[-3000:]
+    assert p.returncode == 0, out[-3000:]
+    # every library that ran printed one line; the skipped ones said why
+    for line in p.stdout.splitlines():
+        if line.startswith("SKIP"):
+            print(line)
