@@ -7,6 +7,8 @@ The public API is flat: everything a user needs is named here; ``gpchol.kernels`
 from . import datasets, kernels, means
 from ._cholesky import cholesky, cholesky_with_status
 from ._errors import NotPositiveDefiniteError
+from ._fit import FitResult, fit
+from ._gp import GaussianProcess, Posterior
 from ._means import as_mean
 from ._solve import cho_inverse, cho_solve, logdet, mvn_logpdf, solve_triangular
 from ._transforms import (
@@ -34,9 +36,12 @@ def __getattr__(name):
 
 __all__ = [
     "Bounded",
+    "FitResult",
+    "GaussianProcess",
     "Identity",
     "NotPositiveDefiniteError",
     "Positive",
+    "Posterior",
     "Transform",
     "__version__",
     "as_mean",
@@ -45,6 +50,7 @@ __all__ = [
     "cholesky",
     "cholesky_with_status",
     "datasets",
+    "fit",
     "kernels",
     "logdet",
     "means",

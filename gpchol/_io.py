@@ -1,0 +1,98 @@
+"""Atomic JSON and NPZ files (no pickle): the storage of checkpoints and fitted models.
+
+Every writer goes through a temporary file in the target's directory followed by
+``os.replace``, so a reader sees either the old file or the complete new one, never a
+partial write (a crash or Ctrl-C in the middle leaves the old file in place).
+
+Example:
+    >>> import os, tempfile, numpy as np
+    >>> from gpchol._io import load_npz, save_npz_atomic
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.npz")
+    >>> digest = save_npz_atomic(path, {"x": np.arange(3.0)})
+    >>> load_npz(path)["x"].tolist()
+    [0.0, 1.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+
+__all__ = ["load_json", "load_npz", "save_json_atomic", "save_npz_atomic", "sha256_bytes"]
+
+
+def _write_bytes_atomic(path: str, data: bytes) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def save_json_atomic(path: str, obj: Any) -> None:
+    """Writes ``obj`` as indented JSON to ``path`` atomically (tmp file + ``os.replace``).
+
+    Args:
+        path: destination file.
+        obj: a JSON-serialisable object (NaN/inf are written as JSON's ``NaN``/``Infinity``).
+    """
+    _write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+
+
+def load_json(path: str) -> Any:
+    """Reads a JSON file."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """The bytes of an uncompressed ``.npz`` holding ``arrays`` (no object arrays)."""
+    buf = io.BytesIO()
+    clean = {}
+    for k, v in arrays.items():
+        a = np.asarray(v)
+        if a.dtype == object:
+            raise TypeError(f"array {k!r} has dtype object; only numeric arrays are stored.")
+        clean[k] = a
+    np.savez(buf, **clean)
+    return buf.getvalue()
+
+
+def save_npz_atomic(path: str, arrays: dict[str, np.ndarray]) -> str:
+    """Writes ``arrays`` to ``path`` as ``.npz`` atomically; returns the file's SHA-256."""
+    data = npz_bytes(arrays)
+    _write_bytes_atomic(path, data)
+    return sha256_bytes(data)
+
+
+def load_npz(path: str) -> dict[str, np.ndarray]:
+    """Reads every array of a ``.npz`` file (``allow_pickle=False``)."""
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def file_sha256(path: str) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    with open(path, "rb") as f:
+        return sha256_bytes(f.read())

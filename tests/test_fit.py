@@ -1,0 +1,256 @@
+"""gpchol.fit: optimum on synthetic data, Adam and L-BFGS, checkpoint/resume, failures."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gpchol import Positive, kernels
+from gpchol._fit import FitResult, fit
+from gpchol._gp import GaussianProcess
+
+
+@pytest.fixture(scope="module")
+def scale_problem():
+    """y ~ N(0, s K0): the maximum-likelihood scale is s* = y^T K0^-1 y / n (closed form)."""
+    rng = np.random.default_rng(3)
+    n = 40
+    X = np.sort(rng.uniform(0, 5, n))
+    K0 = np.exp(-0.5 * (X[:, None] - X[None, :]) ** 2 / 0.7**2) + 0.1 * np.eye(n)
+    y = np.linalg.cholesky(2.5 * K0) @ rng.standard_normal(n)
+    s_star = float(y @ np.linalg.solve(K0, y) / n)
+
+    def build(p):
+        return GaussianProcess(p["s"] * kernels.ExpSquared(0.7), X, noise=p["s"] * 0.1)
+
+    return build, y, s_star
+
+
+@pytest.mark.parametrize("optimizer, steps, rtol", [("lbfgs", 100, 1e-7), ("adam", 400, 1e-3)])
+def test_reaches_known_optimum(scale_problem, optimizer, steps, rtol):
+    build, y, s_star = scale_problem
+    res = fit(
+        build,
+        {"s": 1.0},
+        y,
+        transforms={"s": Positive()},
+        optimizer=optimizer,
+        steps=steps,
+        learning_rate=0.1 if optimizer == "adam" else None,
+        progress=False,
+    )
+    assert isinstance(res, FitResult) and res.success
+    np.testing.assert_allclose(float(res.params["s"]), s_star, rtol=rtol)
+    assert res.history.shape == (res.n_steps,)
+    np.testing.assert_allclose(res.log_marginal_likelihood, -res.loss)
+    lml0 = float(build({"s": 1.0}).log_marginal_likelihood(y))
+    assert res.log_marginal_likelihood > lml0
+    if optimizer == "lbfgs":
+        assert res.converged and "converged" in res.message
+
+
+def test_plain_loss_and_optax_transform():
+    target = jnp.array([1.0, -2.0, 3.0])
+    res = fit(lambda p: jnp.sum((p - target) ** 2), jnp.zeros(3), optimizer="lbfgs", progress=False)
+    np.testing.assert_allclose(res.params, target, atol=1e-6)
+    assert res.log_marginal_likelihood is None
+    import optax
+
+    res2 = fit(
+        lambda p: jnp.sum((p - target) ** 2),
+        jnp.zeros(3),
+        optimizer=optax.sgd(0.1),
+        steps=300,
+        progress=False,
+    )
+    np.testing.assert_allclose(res2.params, target, atol=1e-4)
+
+
+def _interrupt_at(k):
+    def cb(step, params, loss):
+        if step == k:
+            raise KeyboardInterrupt
+
+    return cb
+
+
+@pytest.mark.parametrize("optimizer", ["lbfgs", "adam"])
+def test_checkpoint_resume_equals_uninterrupted(scale_problem, tmp_path, optimizer):
+    build, y, _ = scale_problem
+    kw = dict(
+        transforms={"s": Positive()},
+        optimizer=optimizer,
+        steps=25,
+        tol=0.0,
+        progress=False,
+        learning_rate=0.05 if optimizer == "adam" else None,
+    )
+    ref = fit(build, {"s": 1.0}, y, **kw)
+    ck = tmp_path / "ck"
+    with pytest.raises(KeyboardInterrupt):
+        fit(
+            build,
+            {"s": 1.0},
+            y,
+            checkpoint=ck,
+            checkpoint_every=4,
+            callback=_interrupt_at(11),
+            **kw,
+        )
+    meta = json.loads((tmp_path / "ck.json").read_text())
+    assert meta["step"] == 8 and meta["optimizer"] == optimizer
+    with np.load(tmp_path / "ck.npz", allow_pickle=False) as z:
+        assert z["history"].shape == (8,) and "rng_key" in z.files and "s_0" in z.files
+    res = fit(build, {"s": 1.0}, y, checkpoint=ck, checkpoint_every=4, resume=True, **kw)
+    assert res.n_steps == ref.n_steps
+    assert np.array_equal(np.asarray(res.params["s"]), np.asarray(ref.params["s"]))
+    assert np.array_equal(res.history, ref.history)
+    assert res.loss == ref.loss
+    # a finished checkpoint resumes to the same result without stepping
+    again = fit(build, {"s": 1.0}, y, checkpoint=ck, resume=True, **kw)
+    assert np.array_equal(np.asarray(again.params["s"]), np.asarray(ref.params["s"]))
+
+
+def test_restarts_resume_and_best(scale_problem, tmp_path):
+    build, y, s_star = scale_problem
+    kw = dict(
+        transforms={"s": Positive()},
+        steps=15,
+        restarts=2,
+        key=jax.random.PRNGKey(7),
+        progress=False,
+        tol=0.0,
+    )
+    ref = fit(build, {"s": 1.0}, y, **kw)
+    assert len(ref.restart_losses) == 3 and ref.loss == min(ref.restart_losses)
+    np.testing.assert_allclose(float(ref.params["s"]), s_star, rtol=1e-6)
+    with pytest.raises(KeyboardInterrupt):
+        calls = {"n": 0}
+
+        def cb(step, params, loss):
+            calls["n"] += 1
+            if calls["n"] == 20:  # inside the second start
+                raise KeyboardInterrupt
+
+        fit(build, {"s": 1.0}, y, checkpoint=tmp_path / "r", checkpoint_every=3, callback=cb, **kw)
+    res = fit(build, {"s": 1.0}, y, checkpoint=tmp_path / "r", checkpoint_every=3, **kw)
+    assert res.restart_losses == ref.restart_losses
+    assert np.array_equal(np.asarray(res.params["s"]), np.asarray(ref.params["s"]))
+
+
+def test_resume_false_and_mismatch(scale_problem, tmp_path):
+    build, y, _ = scale_problem
+    ck = tmp_path / "m"
+    fit(build, {"s": 1.0}, y, transforms={"s": Positive()}, steps=3, checkpoint=ck, progress=False)
+    with pytest.raises(ValueError, match="different fit"):
+        fit(
+            build,
+            {"s": 1.0},
+            y,
+            transforms={"s": Positive()},
+            optimizer="adam",
+            steps=3,
+            checkpoint=ck,
+            progress=False,
+        )
+    with pytest.raises(ValueError, match="does not match"):
+        fit(
+            lambda p: build({"s": p["s"][0]}),
+            {"s": jnp.ones(2)},
+            y,
+            steps=3,
+            transforms={"s": Positive()},
+            checkpoint=ck,
+            progress=False,
+        )
+    res = fit(
+        build,
+        {"s": 1.0},
+        y,
+        transforms={"s": Positive()},
+        optimizer="adam",
+        steps=3,
+        checkpoint=ck,
+        resume=False,
+        progress=False,
+    )
+    assert res.n_steps == 3
+
+
+def test_atomic_checkpoint_write(scale_problem, tmp_path, monkeypatch):
+    build, y, _ = scale_problem
+    ck = tmp_path / "a"
+    kw = dict(
+        transforms={"s": Positive()},
+        steps=4,
+        checkpoint=ck,
+        checkpoint_every=2,
+        progress=False,
+        tol=0.0,
+    )
+    fit(build, {"s": 1.0}, y, **kw)
+    before = {p: (tmp_path / p).read_bytes() for p in ("a.json", "a.npz")}
+
+    import gpchol._io as io_mod
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(io_mod.os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        fit(build, {"s": 2.0}, y, resume=False, **kw)
+    monkeypatch.undo()
+    after = {p: (tmp_path / p).read_bytes() for p in ("a.json", "a.npz")}
+    assert after == before  # old checkpoint intact
+    assert sorted(os.listdir(tmp_path)) == ["a.json", "a.npz"]  # no temporary files left
+
+
+def test_nonfinite_step_keeps_last_good_params():
+    # finite for p < 2 only; Adam with a big step walks into the NaN region
+    def loss(p):
+        return jnp.where(p < 2.0, (p - 5.0) ** 2, jnp.nan)
+
+    seen = []
+    res = fit(
+        loss,
+        0.0,
+        optimizer="adam",
+        learning_rate=0.7,
+        steps=100,
+        progress=False,
+        callback=lambda k, p, v: seen.append(float(p)),
+    )
+    assert not res.success and not res.converged
+    assert np.isfinite(res.loss) and float(res.params) < 2.0
+    assert float(res.params) == seen[-1]
+    for word in ("non-finite", "jitter", "float64", "bounds"):
+        assert word in res.message
+
+
+def test_nonfinite_initial_loss_is_an_error():
+    with pytest.raises(ValueError, match="initial parameters"):
+        fit(lambda p: jnp.log(p - 10.0), 1.0, progress=False)
+
+
+def test_progress_line_on_stderr(scale_problem, capsys):
+    build, y, _ = scale_problem
+    fit(build, {"s": 1.0}, y, transforms={"s": Positive()}, steps=5, progress=True)
+    err = capsys.readouterr().err
+    assert "loss" in err and "step 5/5" in err
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(optimizer="sgd"), "optimizer"),
+        (dict(steps=-1), "steps"),
+        (dict(restarts=-2), "restarts"),
+        (dict(checkpoint_every=0), "checkpoint_every"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        fit(lambda p: p**2, 1.0, progress=False, **kwargs)
