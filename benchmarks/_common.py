@@ -196,8 +196,20 @@ def versions() -> dict:
     from importlib import metadata
 
     out = {}
-    for dist in ("gpchol", "jax", "jaxlib", "numpy", "scipy", "tinygp", "gpjax",
-                 "scikit-learn", "torch", "gpytorch", "numpyro", "psutil"):
+    for dist in (
+        "gpchol",
+        "jax",
+        "jaxlib",
+        "numpy",
+        "scipy",
+        "tinygp",
+        "gpjax",
+        "scikit-learn",
+        "torch",
+        "gpytorch",
+        "numpyro",
+        "psutil",
+    ):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -217,8 +229,9 @@ def run_child(args: list[str], timeout: float, mem_limit: int | None = None) -> 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=root, env=env)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root, env=env
+    )
     status, peak_seen = None, 0
     try:
         import psutil

@@ -169,8 +169,9 @@ class GpjaxAdapter(_JaxAdapter):
             import gpjax as gpx
 
             kernel = gpx.kernels.RBF(lengthscale=theta[1], variance=theta[0])
-            prior = gpx.gps.Prior(mean_function=gpx.mean_functions.Zero(), kernel=kernel,
-                                  jitter=0.0)
+            prior = gpx.gps.Prior(
+                mean_function=gpx.mean_functions.Zero(), kernel=kernel, jitter=0.0
+            )
             posterior = prior * gpx.likelihoods.Gaussian(obs_stddev=jnp.sqrt(theta[2]))
             data = gpx.Dataset(X=X, y=y[:, None])
             return gpx.objectives.conjugate_mll(posterior, data)
@@ -189,17 +190,21 @@ class SklearnAdapter(Adapter):
         a, ell, s = (float(t) for t in _theta0())
         kernel = ConstantKernel(a) * RBF(ell) + WhiteKernel(s)
         names = [h.name for h in kernel.hyperparameters]
-        order = [names.index(k) for k in ("k1__k1__constant_value", "k1__k2__length_scale",
-                                          "k2__noise_level")]
-        gpr = GaussianProcessRegressor(kernel, alpha=0.0, optimizer=None, normalize_y=False,
-                                       copy_X_train=False).fit(X, y)
+        order = [
+            names.index(k)
+            for k in ("k1__k1__constant_value", "k1__k2__length_scale", "k2__noise_level")
+        ]
+        gpr = GaussianProcessRegressor(
+            kernel, alpha=0.0, optimizer=None, normalize_y=False, copy_X_train=False
+        ).fit(X, y)
 
         def step(theta):
             theta = np.asarray(theta, float)
             log_theta = np.empty(3)
             log_theta[order] = np.log(theta)
-            v, g_log = gpr.log_marginal_likelihood(log_theta, eval_gradient=True,
-                                                   clone_kernel=False)
+            v, g_log = gpr.log_marginal_likelihood(
+                log_theta, eval_gradient=True, clone_kernel=False
+            )
             return float(v), np.asarray(g_log)[order] / theta  # chain rule: d log t = dt / t
 
         return step
@@ -211,8 +216,17 @@ def _theta0():
     return THETA
 
 
-ADAPTERS = {a.name: a for a in (GpcholAdapter(), GpcholGPAdapter(), JaxDefaultAdapter(),
-                                TinygpAdapter(), GpjaxAdapter(), SklearnAdapter())}
+ADAPTERS = {
+    a.name: a
+    for a in (
+        GpcholAdapter(),
+        GpcholGPAdapter(),
+        JaxDefaultAdapter(),
+        TinygpAdapter(),
+        GpjaxAdapter(),
+        SklearnAdapter(),
+    )
+}
 
 #: The libraries of the comparison, gpchol first (the reference).
 DEFAULT_LIBS = ("gpchol", "gpchol-gp", "jax-default", "tinygp", "gpjax", "sklearn")

@@ -72,8 +72,14 @@ def child_main(args) -> None:
     t0 = time.perf_counter()
     value, grad = step(C.THETA)  # compile + run (the JAX libraries compile lazily)
     first_s = time.perf_counter() - t0
-    rec = {"lib": args.lib, "n": args.n, "value": value, "grad": list(map(float, grad)),
-           "first_call_s": first_s, "peak_rss": C.peak_rss()}
+    rec = {
+        "lib": args.lib,
+        "n": args.n,
+        "value": value,
+        "grad": list(map(float, grad)),
+        "first_call_s": first_s,
+        "peak_rss": C.peak_rss(),
+    }
     if not args.once:
         # the step as a fitting loop sees it: compiled, run again. Its peak is measured
         # from the resident size after setup (not from just before this call: the
@@ -83,8 +89,13 @@ def child_main(args) -> None:
         t0 = time.perf_counter()
         step(C.THETA)
         peak = C.peak_rss()
-        rec.update(rss_setup=rss_setup, rss_before=rss0, step_peak=peak - rss_setup,
-                   step_s=time.perf_counter() - t0, peak_rss=max(peak, rec["peak_rss"]))
+        rec.update(
+            rss_setup=rss_setup,
+            rss_before=rss0,
+            step_peak=peak - rss_setup,
+            step_s=time.perf_counter() - t0,
+            peak_rss=max(peak, rec["peak_rss"]),
+        )
     if args.xla_memory and adapter.is_jax:
         try:
             ma = step.lower(C.THETA).compile().memory_analysis()
@@ -108,16 +119,32 @@ def check_agreement(n: int, results: dict, with_reference: bool) -> list[dict]:
         rv, rg = C.reference_numpy(X, y)
         if ref is not None:
             ev, eg = C.rel_err(*ref, rv, rg)
-            rows.append({"lib": "gpchol vs SciPy reference", "n": n, "value": ref[0],
-                         "rel_value": ev, "rel_grad": eg, "ok": max(ev, eg) <= C.RTOL})
+            rows.append(
+                {
+                    "lib": "gpchol vs SciPy reference",
+                    "n": n,
+                    "value": ref[0],
+                    "rel_value": ev,
+                    "rel_grad": eg,
+                    "ok": max(ev, eg) <= C.RTOL,
+                }
+            )
     if ref is None:
         return rows
     for lib, (v, g) in results.items():
         if lib == "gpchol":
             continue
         ev, eg = C.rel_err(v, g, *ref)
-        rows.append({"lib": lib, "n": n, "value": v, "rel_value": ev, "rel_grad": eg,
-                     "ok": bool(np.isfinite(v)) and max(ev, eg) <= C.RTOL})
+        rows.append(
+            {
+                "lib": lib,
+                "n": n,
+                "value": v,
+                "rel_value": ev,
+                "rel_grad": eg,
+                "ok": bool(np.isfinite(v)) and max(ev, eg) <= C.RTOL,
+            }
+        )
     return rows
 
 
@@ -152,7 +179,7 @@ def measure_speed(n: int, libs, repeats: int):
             steps.pop(lib, None)
     order = list(steps)
     for r in range(repeats):
-        rot = order[r % len(order):] + order[: r % len(order)]  # rotate who goes first
+        rot = order[r % len(order) :] + order[: r % len(order)]  # rotate who goes first
         for lib in rot:
             dt, dc, _ = C.timed(steps[lib], C.THETA)
             times[lib].append(dt)
@@ -168,8 +195,7 @@ def measure_memory(sizes, libs, timeout) -> list[dict]:
     rows = []
     for n in sizes:
         for lib in libs:
-            rec = C.run_child(["--lib", lib, "--n", str(n), "--xla-memory"], timeout,
-                              _mem_cap())
+            rec = C.run_child(["--lib", lib, "--n", str(n), "--xla-memory"], timeout, _mem_cap())
             rec.update(lib=lib, n=n)
             rows.append(rec)
             log(f"  memory {lib:12s} n={n:6d}: " + _mem_str(rec))
@@ -206,13 +232,14 @@ def scale_search(libs, sizes, per_timeout, budget) -> dict:
                 tried.append({"n": n, "status": "search budget spent"})
                 break
             cap = _mem_cap()
-            rec = C.run_child(["--lib", lib, "--n", str(n), "--once"], min(per_timeout, left),
-                              cap)
+            rec = C.run_child(["--lib", lib, "--n", str(n), "--once"], min(per_timeout, left), cap)
             rec["n"] = n
             rec["mem_cap"] = cap
             tried.append(rec)
-            log(f"  scale {lib:12s} n={n:6d}: {rec['status']} ({rec['wall_s']:.0f} s)"
-                + (f", peak RSS {rec['peak_rss'] / 2**30:.1f} GiB" if "peak_rss" in rec else ""))
+            log(
+                f"  scale {lib:12s} n={n:6d}: {rec['status']} ({rec['wall_s']:.0f} s)"
+                + (f", peak RSS {rec['peak_rss'] / 2**30:.1f} GiB" if "peak_rss" in rec else "")
+            )
             if rec["status"] != "ok":
                 break
             largest = n
@@ -238,16 +265,23 @@ def run_suites(quick: bool, timeout: float) -> list[dict]:
         log(f"running {' '.join(cmd[1:])} ...")
         t0 = time.perf_counter()
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                               cwd=os.path.dirname(HERE))
+            p = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=timeout, cwd=os.path.dirname(HERE)
+            )
             status = "ok" if p.returncode == 0 else f"failed (rc {p.returncode})"
             text = (p.stdout + ("\n" + p.stderr if p.returncode else "")).strip()
         except subprocess.TimeoutExpired as e:
             status = f"timeout (> {timeout:.0f} s)"
             text = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         lines = [ln for ln in text.splitlines() if "Warning" not in ln]
-        rows.append({"script": script, "status": status, "seconds": time.perf_counter() - t0,
-                     "output": "\n".join(lines[-40:])})
+        rows.append(
+            {
+                "script": script,
+                "status": status,
+                "seconds": time.perf_counter() - t0,
+                "output": "\n".join(lines[-40:]),
+            }
+        )
         log(f"  {script}: {status} ({rows[-1]['seconds']:.0f} s)")
     return rows
 
@@ -270,25 +304,38 @@ def targets(speed: dict, cpu: dict, memory: list, scale: dict | None) -> list[di
         for lib, goal in (("tinygp", 2.5), ("gpjax", 2.5), ("sklearn", 4.0)):
             if lib in t:
                 r = C.median(t[lib]) / g
-                out.append({"target": f"speed ({what}) vs {lib} >= {goal}x", "measured": r,
-                            "met": r >= goal})
+                out.append(
+                    {
+                        "target": f"speed ({what}) vs {lib} >= {goal}x",
+                        "measured": r,
+                        "met": r >= goal,
+                    }
+                )
     mem = {(r["lib"], r["n"]): r for r in memory if r.get("status") == "ok"}
     if ("gpchol", 4000) in mem and ("jax-default", 4000) in mem:
         g, j = mem["gpchol", 4000], mem["jax-default", 4000]
         r = g["step_peak"] / j["step_peak"]
-        out.append({"target": "step peak memory vs JAX default <= 0.6x", "measured": r,
-                    "met": r <= 0.6})
+        out.append(
+            {"target": "step peak memory vs JAX default <= 0.6x", "measured": r, "met": r <= 0.6}
+        )
         if "xla_temp" in g and "xla_temp" in j:
             r2 = (g["xla_temp"] + g["xla_args"]) / (j["xla_temp"] + j["xla_args"])
-            out.append({"target": "(XLA temp+args) vs JAX default <= 0.6x (cross-check)",
-                        "measured": r2, "met": r2 <= 0.6})
+            out.append(
+                {
+                    "target": "(XLA temp+args) vs JAX default <= 0.6x (cross-check)",
+                    "measured": r2,
+                    "met": r2 <= 0.6,
+                }
+            )
     if scale and scale.get("gpchol", {}).get("largest_n"):
-        peer_max = max((v["largest_n"] or 0) for k, v in scale.items()
-                       if k not in ("gpchol", "gpchol-gp"))
+        peer_max = max(
+            (v["largest_n"] or 0) for k, v in scale.items() if k not in ("gpchol", "gpchol-gp")
+        )
         if peer_max:
             r = scale["gpchol"]["largest_n"] / peer_max
-            out.append({"target": "largest n vs peers' largest >= 1.3x", "measured": r,
-                        "met": r >= 1.3})
+            out.append(
+                {"target": "largest n vs peers' largest >= 1.3x", "measured": r, "met": r >= 1.3}
+            )
     return out
 
 
@@ -296,24 +343,31 @@ def render_markdown(res: dict) -> str:
     m, v = res["machine"], res["versions"]
     libs = res["libs"]
     L = [f"# gpchol benchmarks, CPU, {m['date']}", ""]
-    L.append(f"- machine: {m['processor']}, {m['cpus']} CPUs, {m['memory_gib']} GiB, "
-             f"{m['platform']}")
+    L.append(
+        f"- machine: {m['processor']}, {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['platform']}"
+    )
     L.append("- versions: " + ", ".join(f"{k} {x}" for k, x in v.items() if x))
-    L.append(f"- command: `{m['command']}`; float64; median of {res['repeats']} after a "
-             "warm-up, libraries interleaved; the machine's 2 cores may be shared, so read "
-             "the ratios (same run), not the absolute times")
-    L.append("- problem: ExpSquared + noise, d = 3, value and gradient of the exact log "
-             "marginal likelihood wrt (amplitude, lengthscale, noise); same X, y, theta "
-             f"= {[float(t) for t in C.THETA]} for all; no jitter anywhere")
+    L.append(
+        f"- command: `{m['command']}`; float64; median of {res['repeats']} after a "
+        "warm-up, libraries interleaved; the machine's 2 cores may be shared, so read "
+        "the ratios (same run), not the absolute times"
+    )
+    L.append(
+        "- problem: ExpSquared + noise, d = 3, value and gradient of the exact log "
+        "marginal likelihood wrt (amplitude, lengthscale, noise); same X, y, theta "
+        f"= {[float(t) for t in C.THETA]} for all; no jitter anywhere"
+    )
     if m.get("loadavg"):
         L.append(f"- load average at the start (other jobs on the machine): {m['loadavg']}")
     for s in res.get("skipped", []):
         L.append(f"- skipped: {s}")
-    threads = "one thread per library (--single-thread)" if res.get("single_thread") else \
-        "default threading"
+    threads = (
+        "one thread per library (--single-thread)"
+        if res.get("single_thread")
+        else "default threading"
+    )
     for title, table in (("wall time", res["speed"]), ("CPU time of the process", res["cpu"])):
-        L += ["", f"## Value-and-gradient step, {title} ({threads}; in brackets: x gpchol's)",
-              ""]
+        L += ["", f"## Value-and-gradient step, {title} ({threads}; in brackets: x gpchol's)", ""]
         L.append("| n | " + " | ".join(libs) + " |")
         L.append("|---:|" + "---:|" * len(libs))
         for n, t in table.items():
@@ -331,23 +385,36 @@ def render_markdown(res: dict) -> str:
         L.append("| n | library | log ML | rel. value | max rel. gradient | ok |")
         L.append("|---:|---|---:|---:|---:|---|")
         for r in res["agreement"]:
-            L.append(f"| {r['n']} | {r['lib']} | {r['value']:.10g} | {r['rel_value']:.1e} | "
-                     f"{r['rel_grad']:.1e} | {'yes' if r['ok'] else '**NO**'} |")
+            L.append(
+                f"| {r['n']} | {r['lib']} | {r['value']:.10g} | {r['rel_value']:.1e} | "
+                f"{r['rel_grad']:.1e} | {'yes' if r['ok'] else '**NO**'} |"
+            )
     if res["memory"]:
-        L += ["", "## Peak memory of one step (fresh process per library and n)", "",
-              "Step peak = peak RSS during a second (compiled) step minus the RSS after "
-              "imports, data and the library's setup (what the compiled program and the "
-              "allocator keep is included); peak RSS = the whole process's peak, compilation "
-              "included. XLA = temp + argument "
-              "buffers from `memory_analysis()`. n x n float64 = "
-              + ", ".join(f"{n}: {n * n * 8 / 2**20:.0f} MiB"
-                          for n in sorted({r['n'] for r in res['memory']})) + ".", ""]
+        L += [
+            "",
+            "## Peak memory of one step (fresh process per library and n)",
+            "",
+            "Step peak = peak RSS during a second (compiled) step minus the RSS after "
+            "imports, data and the library's setup (what the compiled program and the "
+            "allocator keep is included); peak RSS = the whole process's peak, compilation "
+            "included. XLA = temp + argument "
+            "buffers from `memory_analysis()`. n x n float64 = "
+            + ", ".join(
+                f"{n}: {n * n * 8 / 2**20:.0f} MiB" for n in sorted({r["n"] for r in res["memory"]})
+            )
+            + ".",
+            "",
+        ]
         free = (m["memory_gib"] - 3.0) * 2**30
-        L.append(f"Predicted largest n = sqrt({free / 2**30:.1f} GiB / (XLA temp+args per n²)), "
-                 "i.e. total memory less 3 GiB (a prediction; `--scale` measures it).")
+        L.append(
+            f"Predicted largest n = sqrt({free / 2**30:.1f} GiB / (XLA temp+args per n²)), "
+            "i.e. total memory less 3 GiB (a prediction; `--scale` measures it)."
+        )
         L.append("")
-        L.append("| n | library | peak RSS | step peak | step peak / n²·8 | XLA temp+args | "
-                 "XLA / n²·8 | predicted largest n |")
+        L.append(
+            "| n | library | peak RSS | step peak | step peak / n²·8 | XLA temp+args | "
+            "XLA / n²·8 | predicted largest n |"
+        )
         L.append("|---:|---|---:|---:|---:|---:|---:|---:|")
         for r in res["memory"]:
             if r.get("status") != "ok":
@@ -359,24 +426,27 @@ def render_markdown(res: dict) -> str:
                 x = r["xla_temp"] + r["xla_args"]
                 xla, coef = f"{x / 2**20:.0f} MiB", f"{x / nn:.2f}"
                 pred = f"{int((free / (x / r['n'] ** 2)) ** 0.5):,}"
-            L.append(f"| {r['n']} | {r['lib']} | {r['peak_rss'] / 2**20:.0f} MiB | "
-                     f"{r['step_peak'] / 2**20:.0f} MiB | {r['step_peak'] / nn:.2f} | {xla} | "
-                     f"{coef} | {pred} |")
+            L.append(
+                f"| {r['n']} | {r['lib']} | {r['peak_rss'] / 2**20:.0f} MiB | "
+                f"{r['step_peak'] / 2**20:.0f} MiB | {r['step_peak'] / nn:.2f} | {xla} | "
+                f"{coef} | {pred} |"
+            )
     if res.get("scale"):
         L += ["", "## Largest n completed (fresh process each; first failure stops)", ""]
         L.append("| library | largest n | first failure |")
         L.append("|---|---:|---|")
         for lib, s in res["scale"].items():
-            fail = next((f"n={t['n']}: {t['status']}" for t in s["tried"]
-                         if t["status"] != "ok"), "none within the sizes tried")
+            fail = next(
+                (f"n={t['n']}: {t['status']}" for t in s["tried"] if t["status"] != "ok"),
+                "none within the sizes tried",
+            )
             L.append(f"| {lib} | {s['largest_n'] or '–'} | {fail} |")
     if res["targets"]:
         L += ["", "## Targets (issue 8, n = 4000)", ""]
         L.append("| target | measured | met |")
         L.append("|---|---:|---|")
         for t in res["targets"]:
-            L.append(f"| {t['target']} | {t['measured']:.2f} | "
-                     f"{'yes' if t['met'] else '**no**'} |")
+            L.append(f"| {t['target']} | {t['measured']:.2f} | {'yes' if t['met'] else '**no**'} |")
     for s in res.get("suites", []):
         L += ["", f"## {s['script']}: {s['status']}", ""]
         if s.get("output"):
@@ -390,17 +460,25 @@ def readme_snippet(res: dict) -> str:
     single = res.get("single_thread")
     table = res.get("cpu") if single else res["speed"]
     what = "CPU time per step, one thread per library" if single else "time per step"
-    L = [f"Value-and-gradient of the exact GP log marginal likelihood (ExpSquared + noise, "
-         f"d = 3, float64), {m['cpus']}-core CPU ({m['processor']}), {m['date'][:10]}; "
-         f"{what} and, in brackets, relative to gpchol "
-         "(`python -m benchmarks`, full table in `benchmarks/results/`):", ""]
+    L = [
+        f"Value-and-gradient of the exact GP log marginal likelihood (ExpSquared + noise, "
+        f"d = 3, float64), {m['cpus']}-core CPU ({m['processor']}), {m['date'][:10]}; "
+        f"{what} and, in brackets, relative to gpchol "
+        "(`python -m benchmarks`, full table in `benchmarks/results/`):",
+        "",
+    ]
     L.append("| n | " + " | ".join(libs) + " |")
     L.append("|---:|" + "---:|" * len(libs))
     for n, t in table.items():
         g = C.median(t.get("gpchol", []))
-        L.append(f"| {n} | " + " | ".join(
-            f"{_fmt_s(C.median(t[x]))} ({C.median(t[x]) / g:.1f}x)" if x in t else "–"
-            for x in libs) + " |")
+        L.append(
+            f"| {n} | "
+            + " | ".join(
+                f"{_fmt_s(C.median(t[x]))} ({C.median(t[x]) / g:.1f}x)" if x in t else "–"
+                for x in libs
+            )
+            + " |"
+        )
     return "\n".join(L)
 
 
@@ -408,38 +486,67 @@ def readme_snippet(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="CI-sized: n = 500, 1000; memory at n = 1000 (gpchol, JAX default); "
-                   "other scripts --quick")
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="CI-sized: n = 500, 1000; memory at n = 1000 (gpchol, JAX default); "
+        "other scripts --quick",
+    )
     p.add_argument("--sizes", type=int, nargs="+", help="n values (default 1000 2000 4000 8000)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per library and n (>= 5)")
-    p.add_argument("--libs", nargs="+", choices=list(peers.ADAPTERS),
-                   default=list(peers.DEFAULT_LIBS))
-    p.add_argument("--memory-sizes", type=int, nargs="+",
-                   help="n values of the fresh-process memory runs (default: the sizes)")
+    p.add_argument(
+        "--libs", nargs="+", choices=list(peers.ADAPTERS), default=list(peers.DEFAULT_LIBS)
+    )
+    p.add_argument(
+        "--memory-sizes",
+        type=int,
+        nargs="+",
+        help="n values of the fresh-process memory runs (default: the sizes)",
+    )
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--no-speed", action="store_true", help="skip the timing (memory etc. only)")
-    p.add_argument("--memory-libs", nargs="+", choices=list(peers.ADAPTERS),
-                   help="libraries of the memory runs (default: all that run)")
-    p.add_argument("--single-thread", action="store_true",
-                   help="every library on one thread (for a machine loaded by other jobs)")
-    p.add_argument("--no-suites", action="store_true",
-                   help="do not run the other benchmarks/*.py scripts")
+    p.add_argument(
+        "--memory-libs",
+        nargs="+",
+        choices=list(peers.ADAPTERS),
+        help="libraries of the memory runs (default: all that run)",
+    )
+    p.add_argument(
+        "--single-thread",
+        action="store_true",
+        help="every library on one thread (for a machine loaded by other jobs)",
+    )
+    p.add_argument(
+        "--no-suites", action="store_true", help="do not run the other benchmarks/*.py scripts"
+    )
     p.add_argument("--scale", action="store_true", help="search the largest n (full mode only)")
     p.add_argument("--scale-sizes", type=int, nargs="+", default=list(SCALE_SIZES))
-    p.add_argument("--scale-timeout", type=float, default=1200.0,
-                   help="seconds allowed for one step in the scale search")
-    p.add_argument("--scale-budget", type=float, default=3 * 3600.0,
-                   help="total seconds for the scale search")
-    p.add_argument("--agreement-only", action="store_true",
-                   help="values only: agreement of every library with gpchol; exit 1 if any "
-                   "disagrees")
+    p.add_argument(
+        "--scale-timeout",
+        type=float,
+        default=1200.0,
+        help="seconds allowed for one step in the scale search",
+    )
+    p.add_argument(
+        "--scale-budget", type=float, default=3 * 3600.0, help="total seconds for the scale search"
+    )
+    p.add_argument(
+        "--agreement-only",
+        action="store_true",
+        help="values only: agreement of every library with gpchol; exit 1 if any disagrees",
+    )
     p.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     p.add_argument("--no-write", action="store_true", help="print only, write no files")
-    p.add_argument("--render", metavar="JSON",
-                   help="re-render the markdown (and README snippet) from a results JSON")
+    p.add_argument(
+        "--render",
+        metavar="JSON",
+        help="re-render the markdown (and README snippet) from a results JSON",
+    )
     # internal: one measurement in a fresh process
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--lib", help=argparse.SUPPRESS)
@@ -476,9 +583,11 @@ def main(argv=None) -> int:
         rows = agreement_only(args.sizes or [300], libs)
         bad = [r for r in rows if not r["ok"]]
         for r in rows:
-            log(f"n={r['n']:5d} {r['lib']:28s} value {r['value']:.12g}  rel.value "
+            log(
+                f"n={r['n']:5d} {r['lib']:28s} value {r['value']:.12g}  rel.value "
                 f"{r['rel_value']:.1e}  rel.grad {r['rel_grad']:.1e}  "
-                + ("ok" if r["ok"] else "DISAGREES"))
+                + ("ok" if r["ok"] else "DISAGREES")
+            )
         return 1 if bad else 0
 
     if args.quick:
@@ -492,26 +601,46 @@ def main(argv=None) -> int:
         mem_sizes = args.memory_sizes or sizes
     repeats = max(args.repeats, 5)
 
-    res = {"machine": C.machine_info(), "versions": C.versions(), "libs": libs,
-           "repeats": repeats, "sizes": sizes, "skipped": skipped, "speed": {}, "cpu": {},
-           "single_thread": args.single_thread,
-           "speed_raw": {}, "agreement": [], "memory": [], "scale": None, "suites": []}
-    log(f"gpchol benchmark suite: {res['machine']['processor']}, {res['machine']['cpus']} CPUs;"
-        f" libraries: {', '.join(libs)}; n = {sizes}; median of {repeats}, interleaved")
+    res = {
+        "machine": C.machine_info(),
+        "versions": C.versions(),
+        "libs": libs,
+        "repeats": repeats,
+        "sizes": sizes,
+        "skipped": skipped,
+        "speed": {},
+        "cpu": {},
+        "single_thread": args.single_thread,
+        "speed_raw": {},
+        "agreement": [],
+        "memory": [],
+        "scale": None,
+        "suites": [],
+    }
+    log(
+        f"gpchol benchmark suite: {res['machine']['processor']}, {res['machine']['cpus']} CPUs;"
+        f" libraries: {', '.join(libs)}; n = {sizes}; median of {repeats}, interleaved"
+    )
     t_all = time.perf_counter()
     for n in [] if args.no_speed else sizes:
         times, cpu, values = measure_speed(n, libs, repeats)
         res["speed"][n], res["cpu"][n] = times, cpu
         for what, tt in (("wall", times), ("CPU ", cpu)):
             g = C.median(tt.get("gpchol", [float("nan")]))
-            log(f"n={n:6d} {what}: " + " | ".join(
-                f"{lib} {_fmt_s(C.median(ts))} ({C.median(ts) / g:.2f}x)"
-                for lib, ts in tt.items()))
+            log(
+                f"n={n:6d} {what}: "
+                + " | ".join(
+                    f"{lib} {_fmt_s(C.median(ts))} ({C.median(ts) / g:.2f}x)"
+                    for lib, ts in tt.items()
+                )
+            )
         rows = check_agreement(n, values, with_reference=n <= REF_MAX_N)
         for r in rows:
             if not r["ok"]:
-                log(f"  DISAGREES: {r['lib']} at n={n}: rel. value {r['rel_value']:.1e}, "
-                    f"rel. gradient {r['rel_grad']:.1e}")
+                log(
+                    f"  DISAGREES: {r['lib']} at n={n}: rel. value {r['rel_value']:.1e}, "
+                    f"rel. gradient {r['rel_grad']:.1e}"
+                )
         res["agreement"] += rows
     if not args.no_memory:
         log("memory (fresh process per library and n):")
@@ -521,8 +650,9 @@ def main(argv=None) -> int:
     if args.scale:
         log(f"scale search (budget {args.scale_budget:.0f} s):")
         scale_libs = [x for x in libs if x != "gpchol-gp"]
-        res["scale"] = scale_search(scale_libs, args.scale_sizes, args.scale_timeout,
-                                    args.scale_budget)
+        res["scale"] = scale_search(
+            scale_libs, args.scale_sizes, args.scale_timeout, args.scale_budget
+        )
     if not args.no_suites:
         res["suites"] = run_suites(args.quick, timeout=150 if args.quick else 3600)
     res["targets"] = targets(res["speed"], res["cpu"], res["memory"], res["scale"])
@@ -531,8 +661,9 @@ def main(argv=None) -> int:
     md = render_markdown(res)
     if not args.no_write:
         os.makedirs(args.out_dir, exist_ok=True)
-        stem = os.path.join(args.out_dir, f"cpu-{time.strftime('%Y-%m-%d')}"
-                            + ("-quick" if args.quick else ""))
+        stem = os.path.join(
+            args.out_dir, f"cpu-{time.strftime('%Y-%m-%d')}" + ("-quick" if args.quick else "")
+        )
         with open(stem + ".md", "w") as f:
             f.write(md)
         with open(stem + ".json", "w") as f:

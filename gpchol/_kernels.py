@@ -402,26 +402,26 @@ class Kernel:
 class ExpSquared(Kernel):
     r"""Squared-exponential (RBF, Gaussian) kernel.
 
-        .. math:: k(x, x') = \exp\left(-\frac{r^2}{2}\right), \qquad
-                  r^2 = \sum_{k=1}^{d} \frac{(x_k - x'_k)^2}{l_k^2}
+    .. math:: k(x, x') = \exp\left(-\frac{r^2}{2}\right), \qquad
+              r^2 = \sum_{k=1}^{d} \frac{(x_k - x'_k)^2}{l_k^2}
 
-        Args:
-            lengthscale: ``l``, a positive scalar or an array of shape ``(d,)`` (ARD: one
-                lengthscale per active input dimension). Default 1.
-            active_dims: static tuple of the input columns the kernel reads (``None``: all).
+    Args:
+        lengthscale: ``l``, a positive scalar or an array of shape ``(d,)`` (ARD: one
+            lengthscale per active input dimension). Default 1.
+        active_dims: static tuple of the input columns the kernel reads (``None``: all).
 
-        Shapes: ``k(X1, X2)`` with ``X1 (n1, d)``, ``X2 (n2, d)`` gives ``(n1, n2)``;
-        ``k.diag(X)`` is ``ones((n,))``.
+    Shapes: ``k(X1, X2)`` with ``X1 (n1, d)``, ``X2 (n2, d)`` gives ``(n1, n2)``;
+    ``k.diag(X)`` is ``ones((n,))``.
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> import numpy as np
-            >>> from gpchol.kernels import ExpSquared
-            >>> k = ExpSquared(lengthscale=jnp.array([1.0, 2.0]))
-            >>> X = jnp.array([[0.0, 0.0], [1.0, 2.0]])
-            >>> print(np.asarray(k(X, X), float).round(4))
-            [[1.     0.3679]
-             [0.3679 1.    ]]
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from gpchol.kernels import ExpSquared
+        >>> k = ExpSquared(lengthscale=jnp.array([1.0, 2.0]))
+        >>> X = jnp.array([[0.0, 0.0], [1.0, 2.0]])
+        >>> print(np.asarray(k(X, X), float).round(4))
+        [[1.     0.3679]
+         [0.3679 1.    ]]
     """
 
     lengthscale: Any = 1.0
@@ -443,24 +443,24 @@ class ExpSquared(Kernel):
 class Matern12(Kernel):
     r"""Matérn kernel with smoothness 1/2 (exponential, Ornstein-Uhlenbeck kernel).
 
-        .. math:: k(x, x') = \exp(-r), \qquad r = \sqrt{\textstyle\sum_k (x_k - x'_k)^2 / l_k^2}
+    .. math:: k(x, x') = \exp(-r), \qquad r = \sqrt{\textstyle\sum_k (x_k - x'_k)^2 / l_k^2}
 
-        The sample paths are continuous but not differentiable. At ``r = 0`` the kernel has a
-        cusp; the gradient there is taken as 0 (finite, never NaN).
+    The sample paths are continuous but not differentiable. At ``r = 0`` the kernel has a
+    cusp; the gradient there is taken as 0 (finite, never NaN).
 
-        Args:
-            lengthscale: ``l``, a positive scalar or shape ``(d,)`` (ARD). Default 1.
-            active_dims: static tuple of the input columns the kernel reads (``None``: all).
+    Args:
+        lengthscale: ``l``, a positive scalar or shape ``(d,)`` (ARD). Default 1.
+        active_dims: static tuple of the input columns the kernel reads (``None``: all).
 
-        Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` of ones.
+    Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` of ones.
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> import numpy as np
-            >>> from gpchol.kernels import Matern12
-            >>> K = Matern12(lengthscale=2.0)(jnp.array([0.0]), jnp.array([0.0, 2.0]))
-            >>> print(np.asarray(K, float).round(4))
-            [[1.     0.3679]]
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from gpchol.kernels import Matern12
+        >>> K = Matern12(lengthscale=2.0)(jnp.array([0.0]), jnp.array([0.0, 2.0]))
+        >>> print(np.asarray(K, float).round(4))
+        [[1.     0.3679]]
     """
 
     lengthscale: Any = 1.0
@@ -483,25 +483,25 @@ class Matern12(Kernel):
 class Matern32(Kernel):
     r"""Matérn kernel with smoothness 3/2.
 
-        .. math:: k(x, x') = (1 + \sqrt{3}\,r)\,\exp(-\sqrt{3}\,r), \qquad
-                  r = \sqrt{\textstyle\sum_k (x_k - x'_k)^2 / l_k^2}
+    .. math:: k(x, x') = (1 + \sqrt{3}\,r)\,\exp(-\sqrt{3}\,r), \qquad
+              r = \sqrt{\textstyle\sum_k (x_k - x'_k)^2 / l_k^2}
 
-        Once mean-square differentiable sample paths. Gradients at ``r = 0`` are finite (and
-        equal to the exact value 0).
+    Once mean-square differentiable sample paths. Gradients at ``r = 0`` are finite (and
+    equal to the exact value 0).
 
-        Args:
-            lengthscale: ``l``, a positive scalar or shape ``(d,)`` (ARD). Default 1.
-            active_dims: static tuple of the input columns the kernel reads (``None``: all).
+    Args:
+        lengthscale: ``l``, a positive scalar or shape ``(d,)`` (ARD). Default 1.
+        active_dims: static tuple of the input columns the kernel reads (``None``: all).
 
-        Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` of ones.
+    Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` of ones.
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> import numpy as np
-            >>> from gpchol.kernels import Matern32
-            >>> K = Matern32()(jnp.array([0.0]), jnp.array([0.0, 1.0]))
-            >>> print(np.asarray(K, float).round(4))
-            [[1.     0.4834]]
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from gpchol.kernels import Matern32
+        >>> K = Matern32()(jnp.array([0.0]), jnp.array([0.0, 1.0]))
+        >>> print(np.asarray(K, float).round(4))
+        [[1.     0.4834]]
     """
 
     lengthscale: Any = 1.0
@@ -524,25 +524,25 @@ class Matern32(Kernel):
 class Matern52(Kernel):
     r"""Matérn kernel with smoothness 5/2.
 
-        .. math:: k(x, x') = \left(1 + \sqrt{5}\,r + \tfrac{5}{3} r^2\right)\exp(-\sqrt{5}\,r),
-                  \qquad r = \sqrt{\textstyle\sum_k (x_k - x'_k)^2 / l_k^2}
+    .. math:: k(x, x') = \left(1 + \sqrt{5}\,r + \tfrac{5}{3} r^2\right)\exp(-\sqrt{5}\,r),
+              \qquad r = \sqrt{\textstyle\sum_k (x_k - x'_k)^2 / l_k^2}
 
-        Twice mean-square differentiable sample paths. First derivatives at ``r = 0`` are
-        finite (and equal to the exact value 0).
+    Twice mean-square differentiable sample paths. First derivatives at ``r = 0`` are
+    finite (and equal to the exact value 0).
 
-        Args:
-            lengthscale: ``l``, a positive scalar or shape ``(d,)`` (ARD). Default 1.
-            active_dims: static tuple of the input columns the kernel reads (``None``: all).
+    Args:
+        lengthscale: ``l``, a positive scalar or shape ``(d,)`` (ARD). Default 1.
+        active_dims: static tuple of the input columns the kernel reads (``None``: all).
 
-        Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` of ones.
+    Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` of ones.
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> import numpy as np
-            >>> from gpchol.kernels import Matern52
-            >>> K = Matern52()(jnp.array([0.0]), jnp.array([0.0, 1.0]))
-            >>> print(np.asarray(K, float).round(4))
-            [[1.    0.524]]
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from gpchol.kernels import Matern52
+        >>> K = Matern52()(jnp.array([0.0]), jnp.array([0.0, 1.0]))
+        >>> print(np.asarray(K, float).round(4))
+        [[1.    0.524]]
     """
 
     lengthscale: Any = 1.0
@@ -566,26 +566,26 @@ class Matern52(Kernel):
 class RationalQuadratic(Kernel):
     r"""Rational-quadratic kernel: a scale mixture of squared exponentials.
 
-        .. math:: k(x, x') = \left(1 + \frac{r^2}{2\alpha}\right)^{-\alpha}, \qquad
-                  r^2 = \sum_k \frac{(x_k - x'_k)^2}{l_k^2}
+    .. math:: k(x, x') = \left(1 + \frac{r^2}{2\alpha}\right)^{-\alpha}, \qquad
+              r^2 = \sum_k \frac{(x_k - x'_k)^2}{l_k^2}
 
-        i.e. ``(1 + |x - x'|^2 / (2 alpha l^2))^(-alpha)`` for a scalar lengthscale. As
-        ``alpha -> inf`` it tends to :class:`ExpSquared`.
+    i.e. ``(1 + |x - x'|^2 / (2 alpha l^2))^(-alpha)`` for a scalar lengthscale. As
+    ``alpha -> inf`` it tends to :class:`ExpSquared`.
 
-        Args:
-            lengthscale: ``l``, a positive scalar or shape ``(d,)`` (ARD). Default 1.
-            alpha: the shape parameter ``alpha > 0``, a scalar. Default 1.
-            active_dims: static tuple of the input columns the kernel reads (``None``: all).
+    Args:
+        lengthscale: ``l``, a positive scalar or shape ``(d,)`` (ARD). Default 1.
+        alpha: the shape parameter ``alpha > 0``, a scalar. Default 1.
+        active_dims: static tuple of the input columns the kernel reads (``None``: all).
 
-        Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` of ones.
+    Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` of ones.
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> import numpy as np
-            >>> from gpchol.kernels import RationalQuadratic
-            >>> k = RationalQuadratic(lengthscale=1.0, alpha=0.5)  # (1 + r^2)^(-1/2)
-            >>> print(np.asarray(k(jnp.array([0.0]), jnp.array([0.0, 1.0])), float).round(4))
-            [[1.     0.7071]]
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from gpchol.kernels import RationalQuadratic
+        >>> k = RationalQuadratic(lengthscale=1.0, alpha=0.5)  # (1 + r^2)^(-1/2)
+        >>> print(np.asarray(k(jnp.array([0.0]), jnp.array([0.0, 1.0])), float).round(4))
+        [[1.     0.7071]]
     """
 
     lengthscale: Any = 1.0
@@ -610,27 +610,27 @@ class RationalQuadratic(Kernel):
 class Periodic(Kernel):
     r"""Periodic (exp-sine-squared) kernel of MacKay.
 
-        .. math:: k(x, x') = \exp\left(-2 \sum_{k=1}^{d}
-                  \frac{\sin^2(\pi (x_k - x'_k) / p_k)}{l_k^2}\right)
+    .. math:: k(x, x') = \exp\left(-2 \sum_{k=1}^{d}
+              \frac{\sin^2(\pi (x_k - x'_k) / p_k)}{l_k^2}\right)
 
-        For one input dimension this is ``exp(-2 sin^2(pi |x - x'| / p) / l^2)``. In several
-        dimensions the sum runs over the dimensions (a product of one-dimensional periodic
-        kernels), not over the Euclidean distance.
+    For one input dimension this is ``exp(-2 sin^2(pi |x - x'| / p) / l^2)``. In several
+    dimensions the sum runs over the dimensions (a product of one-dimensional periodic
+    kernels), not over the Euclidean distance.
 
-        Args:
-            lengthscale: ``l``, a positive scalar or shape ``(d,)``. Default 1.
-            period: ``p``, a positive scalar or shape ``(d,)``. Default 1.
-            active_dims: static tuple of the input columns the kernel reads (``None``: all).
+    Args:
+        lengthscale: ``l``, a positive scalar or shape ``(d,)``. Default 1.
+        period: ``p``, a positive scalar or shape ``(d,)``. Default 1.
+        active_dims: static tuple of the input columns the kernel reads (``None``: all).
 
-        Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` of ones.
+    Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` of ones.
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> import numpy as np
-            >>> from gpchol.kernels import Periodic
-            >>> k = Periodic(lengthscale=1.0, period=2.0)
-            >>> print(np.asarray(k(jnp.array([0.0]), jnp.array([0.0, 1.0, 2.0])), float).round(4))
-            [[1.     0.1353 1.    ]]
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from gpchol.kernels import Periodic
+        >>> k = Periodic(lengthscale=1.0, period=2.0)
+        >>> print(np.asarray(k(jnp.array([0.0]), jnp.array([0.0, 1.0, 2.0])), float).round(4))
+        [[1.     0.1353 1.    ]]
     """
 
     lengthscale: Any = 1.0
@@ -663,27 +663,27 @@ ExpSineSquared = Periodic
 class Linear(Kernel):
     r"""Linear (dot-product) kernel: Bayesian linear regression through ``offset``.
 
-        .. math:: k(x, x') = \sigma^2 \sum_{k=1}^{d} (x_k - c_k)(x'_k - c_k)
+    .. math:: k(x, x') = \sigma^2 \sum_{k=1}^{d} (x_k - c_k)(x'_k - c_k)
 
-        The functions it describes are linear and vanish at ``x = c``. For an intercept,
-        add a :class:`Constant` kernel (``Linear() + 1.0``).
+    The functions it describes are linear and vanish at ``x = c``. For an intercept,
+    add a :class:`Constant` kernel (``Linear() + 1.0``).
 
-        Args:
-            variance: ``sigma^2 > 0``, a scalar. Default 1.
-            offset: ``c``, a real scalar or shape ``(d,)``. Default 0.
-            active_dims: static tuple of the input columns the kernel reads (``None``: all).
+    Args:
+        variance: ``sigma^2 > 0``, a scalar. Default 1.
+        offset: ``c``, a real scalar or shape ``(d,)``. Default 0.
+        active_dims: static tuple of the input columns the kernel reads (``None``: all).
 
-        Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``sigma^2 |x - c|^2``, ``(n,)``.
-        The matrix has rank at most ``d``: positive semi-definite, not definite.
+    Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``sigma^2 |x - c|^2``, ``(n,)``.
+    The matrix has rank at most ``d``: positive semi-definite, not definite.
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> import numpy as np
-            >>> from gpchol.kernels import Linear
-            >>> k = Linear(variance=2.0, offset=1.0)
-            >>> print(np.asarray(k(jnp.array([0.0, 3.0])), float).round(4))
-            [[ 2. -4.]
-             [-4.  8.]]
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from gpchol.kernels import Linear
+        >>> k = Linear(variance=2.0, offset=1.0)
+        >>> print(np.asarray(k(jnp.array([0.0, 3.0])), float).round(4))
+        [[ 2. -4.]
+         [-4.  8.]]
     """
 
     variance: Any = 1.0
@@ -712,27 +712,27 @@ class Linear(Kernel):
 class Polynomial(Kernel):
     r"""Polynomial kernel of integer degree.
 
-        .. math:: k(x, x') = \left(\sigma^2\, x^\top x' + c\right)^{q}
+    .. math:: k(x, x') = \left(\sigma^2\, x^\top x' + c\right)^{q}
 
-        Positive semi-definite for ``c >= 0``: it is a sum of products of the linear and the
-        constant kernel.
+    Positive semi-definite for ``c >= 0``: it is a sum of products of the linear and the
+    constant kernel.
 
-        Args:
-            degree: ``q``, a static positive integer. Default 2.
-            variance: ``sigma^2 > 0``, a scalar. Default 1.
-            offset: ``c > 0``, a scalar. Default 1.
-            active_dims: static tuple of the input columns the kernel reads (``None``: all).
+    Args:
+        degree: ``q``, a static positive integer. Default 2.
+        variance: ``sigma^2 > 0``, a scalar. Default 1.
+        offset: ``c > 0``, a scalar. Default 1.
+        active_dims: static tuple of the input columns the kernel reads (``None``: all).
 
-        Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(sigma^2 |x|^2 + c)^q``, ``(n,)``.
+    Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(sigma^2 |x|^2 + c)^q``, ``(n,)``.
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> import numpy as np
-            >>> from gpchol.kernels import Polynomial
-            >>> k = Polynomial(degree=2, variance=1.0, offset=1.0)
-            >>> print(np.asarray(k(jnp.array([1.0, 2.0])), float).round(4))
-            [[ 4.  9.]
-             [ 9. 25.]]
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from gpchol.kernels import Polynomial
+        >>> k = Polynomial(degree=2, variance=1.0, offset=1.0)
+        >>> print(np.asarray(k(jnp.array([1.0, 2.0])), float).round(4))
+        [[ 4.  9.]
+         [ 9. 25.]]
     """
 
     degree: int = _static(2)
@@ -770,18 +770,18 @@ class Polynomial(Kernel):
 class Constant(Kernel):
     r"""Constant kernel: ``k(x, x') = c`` for all inputs (a random constant offset).
 
-        Args:
-            value: ``c >= 0``, a scalar (the variance of the offset). Default 1.
+    Args:
+        value: ``c >= 0``, a scalar (the variance of the offset). Default 1.
 
-        Shapes: ``(n1, d), (n2, d) -> (n1, n2)`` filled with ``c``; ``diag``: ``(n,)``.
+    Shapes: ``(n1, d), (n2, d) -> (n1, n2)`` filled with ``c``; ``diag``: ``(n,)``.
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> import numpy as np
-            >>> from gpchol.kernels import Constant
-            >>> print(Constant(2.5)(jnp.zeros(2), jnp.zeros(3)))
-            [[2.5 2.5 2.5]
-             [2.5 2.5 2.5]]
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from gpchol.kernels import Constant
+        >>> print(Constant(2.5)(jnp.zeros(2), jnp.zeros(3)))
+        [[2.5 2.5 2.5]
+         [2.5 2.5 2.5]]
     """
 
     value: Any = 1.0
@@ -799,41 +799,41 @@ class Constant(Kernel):
 class White(Kernel):
     r"""White-noise kernel: ``k(x, x') = sigma^2`` if ``x == x'`` else 0.
 
-        Points are "identical" when their rows are exactly equal (in every active
-        column), tested elementwise in the computation's dtype; it does not matter whether
-        ``X1`` and ``X2`` are the same array object. Hence
+    Points are "identical" when their rows are exactly equal (in every active
+    column), tested elementwise in the computation's dtype; it does not matter whether
+    ``X1`` and ``X2`` are the same array object. Hence
 
-        * ``k(X, X)`` is ``sigma^2 I`` when the rows of ``X`` are distinct: the kernel
-          contributes on the diagonal;
-        * ``k(X[I], X[J])`` is exactly the tile ``I, J`` of ``k(X, X)`` (also inside ``jit``,
-          where object identity is meaningless);
-        * ``k(X, Xs)`` is nonzero where a test point coincides with a training point, and
-          duplicated rows in ``X`` get perfectly correlated entries (the duplicate block is
-          ``sigma^2`` everywhere), so White does *not* regularise duplicated inputs.
+    * ``k(X, X)`` is ``sigma^2 I`` when the rows of ``X`` are distinct: the kernel
+      contributes on the diagonal;
+    * ``k(X[I], X[J])`` is exactly the tile ``I, J`` of ``k(X, X)`` (also inside ``jit``,
+      where object identity is meaningless);
+    * ``k(X, Xs)`` is nonzero where a test point coincides with a training point, and
+      duplicated rows in ``X`` get perfectly correlated entries (the duplicate block is
+      ``sigma^2`` everywhere), so White does *not* regularise duplicated inputs.
 
-        For independent observation noise (which also separates duplicated inputs and is
-        not part of the predicted latent function), use the GP's ``noise`` argument; use
-        White for a noise-like component of the covariance function itself.
+    For independent observation noise (which also separates duplicated inputs and is
+    not part of the predicted latent function), use the GP's ``noise`` argument; use
+    White for a noise-like component of the covariance function itself.
 
-        Args:
-            variance: ``sigma^2 > 0``, a scalar. Default 1.
-            active_dims: static tuple of the input columns compared (``None``: all).
+    Args:
+        variance: ``sigma^2 > 0``, a scalar. Default 1.
+        active_dims: static tuple of the input columns compared (``None``: all).
 
-        Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` filled with ``sigma^2``.
+    Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` filled with ``sigma^2``.
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> import numpy as np
-            >>> from gpchol.kernels import White
-            >>> X = jnp.array([0.0, 1.0, 2.0])
-            >>> print(White(0.5)(X, X))
-            [[0.5 0.  0. ]
-             [0.  0.5 0. ]
-             [0.  0.  0.5]]
-            >>> print(White(0.5)(X, jnp.array([1.0, 1.5])))
-            [[0.  0. ]
-             [0.5 0. ]
-             [0.  0. ]]
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from gpchol.kernels import White
+        >>> X = jnp.array([0.0, 1.0, 2.0])
+        >>> print(White(0.5)(X, X))
+        [[0.5 0.  0. ]
+         [0.  0.5 0. ]
+         [0.  0.  0.5]]
+        >>> print(White(0.5)(X, jnp.array([1.0, 1.5])))
+        [[0.  0. ]
+         [0.5 0. ]
+         [0.  0. ]]
     """
 
     variance: Any = 1.0
@@ -862,17 +862,17 @@ class White(Kernel):
 class Sum(Kernel):
     r"""Sum of two kernels: ``k(x, x') = k1(x, x') + k2(x, x')`` (what ``k1 + k2`` builds).
 
-        Args:
-            kernel1: a kernel.
-            kernel2: a kernel.
+    Args:
+        kernel1: a kernel.
+        kernel2: a kernel.
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> import numpy as np
-            >>> from gpchol.kernels import Constant, ExpSquared
-            >>> k = ExpSquared() + Constant(1.0)
-            >>> print(type(k).__name__, jnp.round(k(jnp.zeros(1)), 4))
-            Sum [[2.]]
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from gpchol.kernels import Constant, ExpSquared
+        >>> k = ExpSquared() + Constant(1.0)
+        >>> print(type(k).__name__, jnp.round(k(jnp.zeros(1)), 4))
+        Sum [[2.]]
     """
 
     kernel1: Kernel
@@ -889,17 +889,17 @@ class Sum(Kernel):
 class Product(Kernel):
     r"""Elementwise product of two kernels: ``k(x, x') = k1(x, x') k2(x, x')`` (``k1 * k2``).
 
-        Args:
-            kernel1: a kernel.
-            kernel2: a kernel.
+    Args:
+        kernel1: a kernel.
+        kernel2: a kernel.
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> import numpy as np
-            >>> from gpchol.kernels import ExpSquared, Periodic
-            >>> k = ExpSquared(lengthscale=10.0) * Periodic(period=1.0)
-            >>> print(np.asarray(k(jnp.array([0.0]), jnp.array([1.0])), float).round(4))
-            [[0.995]]
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from gpchol.kernels import ExpSquared, Periodic
+        >>> k = ExpSquared(lengthscale=10.0) * Periodic(period=1.0)
+        >>> print(np.asarray(k(jnp.array([0.0]), jnp.array([1.0])), float).round(4))
+        [[0.995]]
     """
 
     kernel1: Kernel
@@ -916,21 +916,21 @@ class Product(Kernel):
 class Scale(Kernel):
     r"""A kernel scaled by a learnable amplitude: ``k(x, x') = a k0(x, x')``.
 
-        ``2.0 * k0`` and ``k0 * 2.0`` build ``Scale(2.0, k0)``. The amplitude multiplies the
-        covariance, so for a unit-variance kernel it is the marginal variance ``sigma^2``
-        (the function's standard deviation is ``sqrt(a)``).
+    ``2.0 * k0`` and ``k0 * 2.0`` build ``Scale(2.0, k0)``. The amplitude multiplies the
+    covariance, so for a unit-variance kernel it is the marginal variance ``sigma^2``
+    (the function's standard deviation is ``sqrt(a)``).
 
-        Args:
-            amplitude: ``a > 0``, a scalar.
-            kernel: the kernel ``k0`` to scale.
+    Args:
+        amplitude: ``a > 0``, a scalar.
+        kernel: the kernel ``k0`` to scale.
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> import numpy as np
-            >>> from gpchol.kernels import Matern32
-            >>> k = 4.0 * Matern32()
-            >>> print(k.amplitude, jnp.round(k.diag(jnp.zeros(2)), 4))
-            4.0 [4. 4.]
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import numpy as np
+        >>> from gpchol.kernels import Matern32
+        >>> k = 4.0 * Matern32()
+        >>> print(k.amplitude, jnp.round(k.diag(jnp.zeros(2)), 4))
+        4.0 [4. 4.]
     """
 
     amplitude: Any

@@ -24,7 +24,11 @@ def test_bench_quick_agreement():
     env.pop("XLA_FLAGS", None)  # one CPU device is enough here
     p = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--agreement-only", "--sizes", "300"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     out = p.stdout + p.stderr
     assert "gpchol vs SciPy reference" in p.stdout, out[-3000:]
