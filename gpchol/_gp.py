@@ -441,7 +441,10 @@ class GaussianProcess:
         """
         from . import numpyro as _gnp
 
-        return _gnp.GaussianProcessMarginal(self.kernel, self.X, noise=self.noise, mean=self.mean)
+        # X placed on a multi-device mesh: the distribution's log_prob takes the sharded path.
+        return _gnp.GaussianProcessMarginal(
+            self.kernel, self.X, noise=self.noise, mean=self.mean, mesh=_input_mesh(self.X)
+        )
 
 
 jax.tree_util.register_pytree_node_class(GaussianProcess)
