@@ -138,14 +138,6 @@ def _first_bad_pivot_unblocked(t):
     return bad
 
 
-def _first_bad_pivot(t):
-    """Batched :func:`_first_bad_pivot_unblocked` over the leading dimensions of ``t``."""
-    batch = t.shape[:-2]
-    flat = t.reshape((-1,) + t.shape[-2:])
-    out = jax.vmap(_first_bad_pivot_unblocked)(flat)
-    return out.reshape(batch)
-
-
 def _nan_where_failed(L, status):
     return jnp.where((status == 0)[..., None, None], L, jnp.nan)
 
@@ -227,7 +219,7 @@ def _locate_failed_pivot(w, tiles0, first, starts, nb):
     For the first failed block ``j:j+nb`` of each batch element, its Schur complement is
     rebuilt from the input's diagonal tile and the (intact, finite) factor rows to its
     left, ``S = A_jj - L[j:k, :j] L[j:k, :j]^T``, and searched by
-    :func:`_first_bad_pivot`. A block whose LAPACK factor failed but whose search does not
+    :func:`_first_bad_pivot_unblocked`. A block whose LAPACK factor failed but whose search does not
     (a float32 rounding corner) still reports its first pivot rather than success.
     """
     n = w.shape[-1]
