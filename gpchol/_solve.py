@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from ._cholesky import (
+    _array_platform,
     _blocks,
     _chol,
     _mT,
@@ -22,6 +23,7 @@ from ._cholesky import (
     _trsm,
     default_tile_size,
 )
+from ._host_lapack import cho_inverse_cpu
 from ._validate import as_float_array, check_square, check_tile_size
 
 __all__ = ["cho_inverse", "cho_solve", "logdet", "mvn_logpdf", "solve_triangular"]
@@ -162,8 +164,13 @@ def _lauum_lower(W, nb):
     return low + _mT(jnp.tril(low, -1))
 
 
-def _cho_inverse(L, nb):
+def _cho_inverse_tiled(L, nb):
     return _lauum_lower(_trtri_blocked(L, nb), nb)
+
+
+def _cho_inverse(L, nb):
+    """``A^-1`` from the lower factor: LAPACK ``potri`` on the CPU, tiled elsewhere."""
+    return cho_inverse_cpu(L, partial(_cho_inverse_tiled, nb=nb))
 
 
 def cho_inverse(L, *, tile_size=None):
@@ -275,7 +282,8 @@ def mvn_logpdf(y, mean, cov, *, tile_size=None, backend="auto", gradient="auto")
         gradient: ``"whole"`` uses the whole-likelihood rule
             ``Kbar = (alpha alpha^T - K^-1)/2`` with a tiled inverse; ``"composed"``
             differentiates through the Cholesky adjoint; ``"auto"`` picks the faster one
-            as measured by ``benchmarks/bench_linalg.py`` (``"composed"``).
+            as measured by ``benchmarks/bench_linalg.py``: ``"whole"`` on the CPU (where
+            ``K^-1`` comes from LAPACK ``potri``), ``"composed"`` on GPUs.
 
     Returns:
         ``(...)`` log-densities; NaN where ``cov`` is not positive definite.
@@ -307,7 +315,9 @@ def mvn_logpdf(y, mean, cov, *, tile_size=None, backend="auto", gradient="auto")
         return jnp.zeros(jnp.broadcast_shapes(r.shape[:-1], cov.shape[:-2]), cov.dtype)
     batch = jnp.broadcast_shapes(r.shape[:-1], cov.shape[:-2])
     r = jnp.broadcast_to(r, batch + (n,))
-    mode = "composed" if gradient == "auto" else gradient
+    mode = gradient
+    if gradient == "auto":
+        mode = "whole" if be != "cuda" and _array_platform(cov) == "cpu" else "composed"
     if mode == "whole":
         return _mvn_core(r, cov, be, nb)
     return _mvn_composed(r, cov, be, nb)

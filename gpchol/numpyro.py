@@ -62,9 +62,18 @@ from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import lazy_property, validate_sample
 
-from ._cholesky import _chol, _chol_adjoint, _chol_tangent, _mT, _prepare, _symmetrize
+from ._cholesky import (
+    _array_platform,
+    _chol,
+    _chol_adjoint,
+    _chol_tangent,
+    _mT,
+    _prepare,
+    _symmetrize,
+    default_tile_size,
+)
 from ._means import as_mean
-from ._solve import cho_inverse, solve_triangular
+from ._solve import _cho_inverse, _mvn_value, cho_inverse, solve_triangular
 
 __all__ = ["GaussianProcessMarginal", "MultivariateNormal", "latent_gp"]
 
@@ -116,6 +125,42 @@ def _guarded_chol_jvp(backend, nb, primals, tangents):
     L_dot = lax.custom_linear_solve(matvec, a_dot, solve, transpose_solve)
     L_dot = _mask(ok, L_dot, 0.0)
     return (Ls, ok), (L_dot, np.zeros(ok.shape, jax.dtypes.float0))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def _guarded_mvn(r, cov, backend, nb):
+    """``log N(r | 0, cov)``, ``-inf`` where ``cov`` does not factor; whole-likelihood rule.
+
+    ``r`` is ``B + (n,)`` and ``cov`` ``B + (n, n)`` (the same batch shape ``B``). The
+    derivative is the one of :func:`gpchol.mvn_logpdf` with ``gradient="whole"`` (R&W
+    2006, eq. 5.9, ``alpha = K^-1 r``)::
+
+        d logp = -alpha . dr + < (alpha alpha^T - K^-1) / 2, dK >
+
+    stated as a JVP linear in the tangents (JAX transposes it for reverse mode), with
+    ``K^-1`` from the factor (LAPACK ``potri`` on the CPU). Where the factorization failed
+    the factor is replaced by the identity (finite) and the tangent is an exact zero.
+    """
+    Ls, ok = _guarded_chol(cov, backend, nb)
+    return jnp.where(ok, _mvn_value(r, Ls)[0], -jnp.inf)
+
+
+def _guarded_mvn_jvp(backend, nb, primals, tangents):
+    r, cov = primals
+    r_dot, cov_dot = tangents
+    Ls, ok = _guarded_chol(cov, backend, nb)
+    value, alpha = _mvn_value(r, Ls)
+    out = jnp.zeros_like(value)
+    if not isinstance(r_dot, jax.custom_derivatives.SymbolicZero):
+        out = out - jnp.sum(alpha * r_dot, axis=-1)
+    if not isinstance(cov_dot, jax.custom_derivatives.SymbolicZero):
+        kinv = _cho_inverse(Ls, nb or default_tile_size(Ls.shape[-1], Ls.dtype))
+        quad = jnp.einsum("...i,...ij,...j->...", alpha, cov_dot, alpha)
+        out = out + 0.5 * quad - 0.5 * jnp.sum(kinv * cov_dot, axis=(-2, -1))
+    return jnp.where(ok, value, -jnp.inf), jnp.where(ok, out, 0.0)
+
+
+_guarded_mvn.defjvp(_guarded_mvn_jvp, symbolic_zeros=True)
 
 
 @partial(jax.jit, static_argnums=(1, 2))
@@ -406,6 +451,29 @@ class MultivariateNormal(Distribution):
         s = jnp.sum(jnp.log(d), axis=-1)
         return -s if self._kind == "precision_matrix" else s
 
+    def _whole_likelihood(self, value):
+        """``log_prob`` by the whole-likelihood rule, or None where it does not apply.
+
+        It applies to a covariance that is being traced (under ``jit``/``grad``; a
+        concrete one keeps its cached factor), on the CPU (where ``K^-1`` comes from LAPACK
+        ``potri`` and this rule is the faster one: ``benchmarks/bench_numpyro.py``), with
+        one observation per covariance (the NUTS/SVI case: ``value`` has the batch shape
+        of the covariance). Other cases go through the factor and the Murray adjoint.
+        """
+        if self._kind != "covariance_matrix" or self._factor_cache is not None:
+            return None
+        cov = self.covariance_matrix
+        if not isinstance(cov, jax.core.Tracer):
+            return None
+        n = cov.shape[-1]
+        if value.shape[:-1] != self.batch_shape or cov.shape[:-2] != self.batch_shape:
+            return None
+        cov, nb, be = _prepare(cov, None, "auto", name="covariance")
+        if be == "cuda" or _array_platform(cov) != "cpu" or n == 0:
+            return None
+        r = jnp.broadcast_to(value - self.loc, self.batch_shape + (n,)).astype(cov.dtype)
+        return _guarded_mvn(r, _symmetrize(cov), be, nb)
+
     @validate_sample
     def log_prob(self, value):
         """Log-density; ``-inf`` (zero gradient) where the factorization failed.
@@ -417,6 +485,9 @@ class MultivariateNormal(Distribution):
             ``sample_shape + batch_shape`` log-densities.
         """
         value = jnp.asarray(value)
+        whole = self._whole_likelihood(value)
+        if whole is not None:
+            return whole
         F, ok = self._get_factor()
         n = F.shape[-1]
         r = value - self.loc

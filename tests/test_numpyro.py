@@ -91,6 +91,43 @@ def test_gradients_match_numpyro(rng, kind):
     np.testing.assert_allclose(g[1], g_ref[1], rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.parametrize("n", [5, 150])
+def test_whole_likelihood_path_matches_numpyro(rng, monkeypatch, n):
+    """One observation per (traced) covariance takes the whole-likelihood rule on the CPU.
+
+    n = 150 exercises LAPACK potri for K^-1; a non-PD element gives -inf with zero
+    gradient (the rule's tangent is masked, never NaN).
+    """
+    calls = []
+    real = gnp._guarded_mvn
+    monkeypatch.setattr(gnp, "_guarded_mvn", lambda *a: calls.append(1) or real(*a))
+    good = np.stack([random_spd(rng, n), random_spd(rng, n)])
+    loc = rng.standard_normal((2, n))
+    x = rng.standard_normal((2, n))
+
+    def f(cls):
+        return lambda m, c: jnp.sum(cls(m, c, validate_args=False).log_prob(x))
+
+    v, g = jax.jit(jax.value_and_grad(f(gnp.MultivariateNormal), argnums=(0, 1)))(loc, good)
+    assert calls, "the whole-likelihood path was not taken"
+    v_ref, g_ref = jax.value_and_grad(f(dist.MultivariateNormal), argnums=(0, 1))(loc, good)
+    assert _rel(v, v_ref) < 1e-10
+    np.testing.assert_allclose(g[0], g_ref[0], rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(g[1], g_ref[1], rtol=1e-8, atol=1e-10)
+    bad = good.copy()
+    bad[1, 0, 1] = bad[1, 1, 0] = 10.0 * np.abs(bad[1]).max()
+
+    def per(c):
+        return gnp.MultivariateNormal(loc, c, validate_args=False).log_prob(x)
+
+    lp, vjp = jax.vjp(jax.jit(per), bad)
+    assert np.isfinite(lp[0]) and lp[1] == -np.inf
+    (gb,) = vjp(jnp.array([1.0, 1.0]))
+    assert np.all(np.isfinite(gb))
+    np.testing.assert_array_equal(gb[1], 0.0)
+    np.testing.assert_allclose(gb[0], g_ref[1][0], rtol=1e-8, atol=1e-10)
+
+
 def test_sample_statistics(rng):
     cov = random_spd(rng, 3)
     loc = rng.standard_normal(3)
