@@ -12,8 +12,10 @@ The model is ``y = f(X) + eps`` with ``f ~ GP(m, k)`` and ``eps_i ~ N(0, noise_i
     \log p(y) = -\tfrac12 (y - m)^T K^{-1} (y - m) - \sum_i \log L_{ii}
     - \tfrac{n}{2} \log 2\pi, \qquad K = L L^T,
 
-with ``L`` from :func:`gpchol.cholesky_with_status`; its gradient goes through gpchol's
-Murray blocked adjoint (never ``jnp.linalg.cholesky``'s rule). The posterior at test inputs
+with ``L`` gpchol's factor; its gradient is the whole-likelihood rule
+``Kbar = (alpha alpha^T - K^-1) / 2`` (:func:`_lml_lean`: ``K`` factored in place, ``K^-1``
+by LAPACK ``potri`` on the CPU, the kernel's VJP by blocks of rows), never
+``jnp.linalg.cholesky``'s rule. The posterior at test inputs
 ``Xs`` (Rasmussen & Williams 2006, Alg. 2.1): ``mean = m(Xs) + Ks^T alpha`` with
 ``alpha = K^-1 (y - m)``, ``cov = k(Xs, Xs) - V^T V`` with ``V = L^-1 Ks``.
 
@@ -43,18 +45,20 @@ import numpy as np
 from ._cholesky import (
     _chol,
     _factor_with_jitter,
+    _host_pivot_search,
     _normalize_jitter,
     _prepare,
     _raise_if_failed,
     _symmetrize,
     cholesky_with_status,
     default_tile_size,
+    resolve_backend,
 )
 from ._errors import NotPositiveDefiniteError
 from ._kernels import Kernel
 from ._means import Mean, as_mean
 from ._solve import _cho_inverse, _mvn_value, _trsm
-from ._validate import is_concrete
+from ._validate import check_tile_size, is_concrete
 
 __all__ = ["GaussianProcess", "Posterior"]
 
@@ -149,6 +153,151 @@ def _lml_core_jvp(backend, nb, jitter, primals, tangents):
 
 
 _lml_core.defjvp(_lml_core_jvp, symbolic_zeros=True)
+
+
+# ----------------------------------------------------------------------------------------
+# The lean likelihood core: the covariance is built inside, factored in place and rebuilt
+# (never stored) for the derivative
+# ----------------------------------------------------------------------------------------
+
+
+def _gp_cov(gp):
+    """``k(X, X) + diag(noise)`` of a :class:`GaussianProcess`."""
+    return gp.covariance_matrix()
+
+
+def _gp_rows(gp, start, size):
+    """Rows ``start:start+size`` of ``k(X, X) + diag(noise)``, ``(size, n)``.
+
+    ``start`` may be traced (``lax.dynamic_slice``); kernels are tile-exact, so these rows
+    equal the same rows of the whole matrix.
+    """
+    n = gp.X.shape[0]
+    Xb = jax.lax.dynamic_slice_in_dim(gp.X, start, size, axis=0)
+    Kb = gp.kernel(Xb, gp.X)
+    noise = jnp.broadcast_to(gp.noise.astype(Kb.dtype), (n,))
+    noise = jax.lax.dynamic_slice_in_dim(noise, start, size)
+    on = (start + jnp.arange(size))[:, None] == jnp.arange(n)[None, :]
+    return Kb + jnp.where(on, noise[:, None], jnp.zeros((), Kb.dtype))
+
+
+def _row_block(n):
+    """Rows per step of the blocked contraction ``<W, dK>``: 256, or n if smaller."""
+    return min(n, 256)
+
+
+def _lean_factor(K, rebuild, backend, nb):
+    """``(L, status)`` of ``K`` without keeping ``K`` alive after the factorization.
+
+    With the XLA backend the factorization runs in place on ``K`` (LAPACK ``potrf`` with
+    its output aliased to its input); on failure the exact pivot is searched on the host
+    in a matrix rebuilt by ``rebuild()``, so ``K`` need not be kept for that rare case.
+    Other backends go through :func:`gpchol._cholesky._chol`.
+    """
+    if backend != "xla":
+        return _chol(K, backend, nb)
+    L = jax.lax.linalg.cholesky(K, symmetrize_input=False)
+    failed = ~jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+    status = jax.lax.cond(
+        jnp.any(failed),
+        lambda: _host_pivot_search(rebuild(), nb),
+        lambda: jnp.zeros(K.shape[:-2], jnp.int32),
+    )
+    return L, jnp.where(failed, jnp.maximum(status, 1), 0).astype(jnp.int32)
+
+
+def _is_zero(z):
+    return isinstance(z, jax.custom_derivatives.SymbolicZero)
+
+
+def _instantiate(tree):
+    return jax.tree.map(
+        lambda z: jnp.zeros(z.aval.shape, z.aval.dtype) if _is_zero(z) else z,
+        tree,
+        is_leaf=_is_zero,
+    )
+
+
+def _lean_value(r, L):
+    """``(log N(r | 0, L L^T), alpha)`` with solves on ``L`` as potrf left it (no copy)."""
+    n = L.shape[-1]
+    solve = jax.lax.linalg.triangular_solve
+    z = solve(L, r[..., None], left_side=True, lower=True)
+    alpha = solve(L, z, left_side=True, lower=True, transpose_a=True)[..., 0]
+    ld = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+    return -0.5 * (jnp.sum(z[..., 0] ** 2, axis=-1) + ld + n * _LOG_2PI), alpha
+
+
+def _blocked_contraction(gp, gp_dot, W_rows):
+    """``<W, dK>`` summed over row blocks, ``dK`` the tangent of the GP's covariance.
+
+    A ``lax.scan`` over blocks of rows: each step re-evaluates the kernel rows
+    ``k(X[b], X)`` and their tangent (under ``jax.checkpoint``) and contracts them with
+    ``W_rows(start, size)``. In reverse mode (JAX transposes this linear map) the scan runs
+    backwards, one block of kernel rows and its VJP at a time: no ``n x n`` intermediate
+    of the kernel is stored.
+    """
+    n = gp.X.shape[0]
+    size = _row_block(n)
+    starts = jnp.arange(0, n, size)
+
+    @jax.checkpoint
+    def step(acc, j0):
+        start = jnp.minimum(j0, n - size)  # the last block is shifted back ...
+        _, Kd = jax.jvp(lambda g: _gp_rows(g, start, size), (gp,), (gp_dot,))
+        keep = (start + jnp.arange(size) >= j0)[:, None]  # ... and its overlap masked
+        return acc + jnp.sum(jnp.where(keep, W_rows(start, size) * Kd, 0.0)), None
+
+    zero = jnp.zeros((), jax.tree.leaves(gp_dot)[0].dtype if jax.tree.leaves(gp_dot) else float)
+    return jax.lax.scan(step, zero, starts)[0]
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def _lml_lean(gp, r, backend, nb):
+    """``(log N(r | 0, K), status)`` with ``K = k(X, X) + diag(noise)``; NaN if K fails.
+
+    The derivative is the whole-likelihood one of :func:`_lml_core` (R&W 2006, eq. 5.9)::
+
+        d logp = -alpha . dr + < W, dK >,   W = (alpha alpha^T - K^-1) / 2,
+
+    with ``dK`` the tangent of the covariance as a function of the GP's parameters. It is
+    arranged so that no ``n x n`` buffer is made beyond the factor and ``K^-1``:
+
+    * ``K`` is built, then factored in place (:func:`_lean_factor`), and the factor is
+      used in the column-major layout LAPACK leaves it in (solves and ``potri``);
+    * ``<W, dK>`` is a scan over row blocks (:func:`_blocked_contraction`), so in reverse
+      mode the kernel is re-evaluated block by block and contracted with ``W``'s rows
+      instead of its intermediates being stored.
+    """
+    K = _gp_cov(gp)
+    L, status = _lean_factor(K, lambda: _gp_cov(gp), backend, nb)
+    return jnp.where(status == 0, _lean_value(r, L)[0], jnp.nan), status
+
+
+def _lml_lean_jvp(backend, nb, primals, tangents):
+    gp, r = primals
+    gp_dot, r_dot = tangents
+    K = _gp_cov(gp)
+    L, status = _lean_factor(K, lambda: _gp_cov(gp), backend, nb)
+    value, alpha = _lean_value(r, L)
+    out = jnp.zeros_like(value)
+    if not _is_zero(r_dot):
+        out = out - jnp.sum(alpha * r_dot, axis=-1)
+    if not all(_is_zero(z) for z in jax.tree.leaves(gp_dot, is_leaf=_is_zero)):
+        n = L.shape[-1]
+        kinv = _cho_inverse(L, nb or default_tile_size(n, L.dtype), column_major=True)
+
+        def W_rows(start, size):
+            a = jax.lax.dynamic_slice_in_dim(alpha, start, size)
+            k = jax.lax.dynamic_slice_in_dim(kinv, start, size, axis=0)
+            return 0.5 * (a[:, None] * alpha[None, :] - k)
+
+        out = out + _blocked_contraction(gp, _instantiate(gp_dot), W_rows)
+    zero_status = np.zeros(status.shape, jax.dtypes.float0)
+    return (jnp.where(status == 0, value, jnp.nan), status), (out, zero_status)
+
+
+_lml_lean.defjvp(_lml_lean_jvp, symbolic_zeros=True)
 
 
 class GaussianProcess:
@@ -346,10 +495,19 @@ class GaussianProcess:
         mesh = _input_mesh(self.X)
         if mesh is not None:
             return self._sharded_lml(r, mesh)
+        if self.n == 0:
+            return jnp.zeros((), r.dtype), jnp.zeros((), jnp.int32)
+        K = jax.eval_shape(self.covariance_matrix)
+        if self.jitter is None and K.dtype == r.dtype:
+            # the lean core: k(X, X) is read by its lower triangle (kernels are symmetric)
+            be = resolve_backend(self.backend, self.X)
+            nb = check_tile_size(self.tile_size)
+            if nb is None and be != "cuda":
+                nb = default_tile_size(self.n, K.dtype)
+            nb = None if nb is None else max(1, min(nb, self.n))
+            return _lml_lean(self, r, be, nb)
         K = self.covariance_matrix().astype(r.dtype)
         K, nb, be = _prepare(K, self.tile_size, self.backend, name="covariance")
-        if K.shape[-1] == 0:
-            return jnp.zeros((), K.dtype), jnp.zeros((), jnp.int32)
         value, status, _ = _lml_core(r, _symmetrize(K), be, nb, self.jitter)
         return value, status
 

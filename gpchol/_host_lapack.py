@@ -48,54 +48,63 @@ def _mirror_lower(a):
             a[i:i1, j:j1] = a[j:j1, i:i1].T
 
 
-def _potri_host(L):
-    """NumPy side of the callback: ``(..., n, n)`` lower factors -> full inverses."""
+def _potri_host(F, upper):
+    """NumPy side of the callback: ``(..., n, n)`` factors -> full inverses.
+
+    ``F`` holds the lower factors ``L`` (``upper=False``) or their transposes ``L^T``.
+    """
     from scipy.linalg import lapack
 
-    L = np.asarray(L)
-    potri = lapack.dpotri if L.dtype == np.float64 else lapack.spotri
-    out = np.empty(L.shape, L.dtype)  # C order
-    for idx in np.ndindex(L.shape[:-2]):
+    F = np.asarray(F)
+    potri = lapack.dpotri if F.dtype == np.float64 else lapack.spotri
+    out = np.empty(F.shape, F.dtype)  # C order
+    for idx in np.ndindex(F.shape[:-2]):
         o = out[idx]
-        o[...] = L[idx]
-        # ``o.T`` is a Fortran-ordered view of the upper factor ``U = L^T`` (``U^T U = A``);
-        # potri overwrites its upper triangle with that of ``A^-1``, which is the lower
-        # triangle of ``o`` (A^-1 is symmetric).
-        res, info = potri(o.T, lower=0, overwrite_c=1)
+        o[...] = F[idx]
+        # ``o.T`` is the Fortran-ordered view of the transpose of what ``o`` holds: the
+        # upper factor ``L^T`` when ``o`` holds ``L``, else ``L``. potri overwrites that
+        # triangle with the same triangle of ``A^-1``, i.e. the other triangle of ``o``
+        # (A^-1 is symmetric); the mirror then fills the whole of ``o``.
+        res, info = potri(o.T, lower=int(upper), overwrite_c=1)
         if not np.shares_memory(res, o):  # not expected: f2py worked on a copy
             o[...] = res.T
         if info != 0:
             o[...] = np.nan
+        elif upper:
+            _mirror_lower(o.T)
         else:
             _mirror_lower(o)
     return out
 
 
-def _potri_callback(L):
+def _potri_callback(L, transposed):
+    # With ``transposed`` the callback is handed ``L^T``: a factor that XLA keeps in
+    # column-major layout (LAPACK's potrf output) then reaches it without a copy.
+    arg = jnp.swapaxes(L, -1, -2) if transposed else L
     return jax.pure_callback(
-        _potri_host,
+        partial(_potri_host, upper=transposed),
         jax.ShapeDtypeStruct(L.shape, L.dtype),
-        L,
+        arg,
         vmap_method="broadcast_all",
     )
 
 
-@jax.custom_jvp
-def _cho_inverse_host(L):
-    return _potri_callback(L)
+@partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _cho_inverse_host(L, transposed):
+    return _potri_callback(L, transposed)
 
 
 @_cho_inverse_host.defjvp
-def _cho_inverse_host_jvp(primals, tangents):
+def _cho_inverse_host_jvp(transposed, primals, tangents):
     # With A = L L^T: d(A^-1) = -A^-1 dA A^-1 and dA = dL L^T + L dL^T. Written with JAX
     # operations, so the tangent is itself differentiable (hessians of the likelihood).
     (L,), (dL,) = primals, tangents
-    inv = _cho_inverse_host(L)
+    inv = _cho_inverse_host(L, transposed)
     s = dL @ jnp.swapaxes(L, -1, -2)
     return inv, -(inv @ (s + jnp.swapaxes(s, -1, -2)) @ inv)
 
 
-def cho_inverse_cpu(L, tiled):
+def cho_inverse_cpu(L, tiled, *, column_major=False):
     """``A^-1`` from the lower factor ``L``: LAPACK on the CPU, ``tiled(L)`` elsewhere.
 
     The platform is chosen when the computation is lowered
@@ -105,10 +114,13 @@ def cho_inverse_cpu(L, tiled):
     Args:
         L: ``(..., n, n)`` lower Cholesky factor (its strict upper triangle is ignored).
         tiled: ``L -> A^-1`` used on other platforms and for ``n < HOST_MIN_N``.
+        column_major: hand the host ``L^T`` (a layout hint: right when ``L`` comes
+            straight from XLA's LAPACK ``potrf``, which leaves it column-major).
 
     Returns:
         ``(..., n, n)`` symmetric ``A^-1``; NaN where ``L`` is singular.
     """
     if L.shape[-1] < HOST_MIN_N or L.dtype not in (jnp.float32, jnp.float64):
         return tiled(L)
-    return lax.platform_dependent(L, cpu=partial(_cho_inverse_host), default=tiled)
+    host = partial(_cho_inverse_host, transposed=column_major)
+    return lax.platform_dependent(L, cpu=host, default=tiled)

@@ -168,9 +168,9 @@ def _cho_inverse_tiled(L, nb):
     return _lauum_lower(_trtri_blocked(L, nb), nb)
 
 
-def _cho_inverse(L, nb):
+def _cho_inverse(L, nb, *, column_major=False):
     """``A^-1`` from the lower factor: LAPACK ``potri`` on the CPU, tiled elsewhere."""
-    return cho_inverse_cpu(L, partial(_cho_inverse_tiled, nb=nb))
+    return cho_inverse_cpu(L, partial(_cho_inverse_tiled, nb=nb), column_major=column_major)
 
 
 def cho_inverse(L, *, tile_size=None):
