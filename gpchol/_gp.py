@@ -55,6 +55,7 @@ from ._cholesky import (
     resolve_backend,
 )
 from ._errors import NotPositiveDefiniteError
+from ._host_lapack import HOST_MIN_N, chol_solve_cpu
 from ._kernels import Kernel
 from ._means import Mean, as_mean
 from ._solve import _cho_inverse, _mvn_value, _trsm
@@ -252,6 +253,31 @@ def _blocked_contraction(gp, gp_dot, W_rows):
     return jax.lax.scan(step, zero, starts)[0]
 
 
+def _lean_forward(gp, r, backend, nb):
+    """``(L, value, alpha, status)`` of the GP's covariance, ``K`` not kept.
+
+    On the CPU (XLA backend) one host call factors and solves with LAPACK
+    (:func:`gpchol._host_lapack.chol_solve_cpu`): the factor comes back row-major, ready
+    for ``potri``, with LAPACK's own pivot as status. Elsewhere ``K`` is factored in place
+    by XLA (:func:`_lean_factor`) and the solves use the factor as it is laid out.
+    """
+    K = _gp_cov(gp)
+    n = K.shape[-1]
+
+    def device(K, r):
+        L, status = _lean_factor(K, lambda: _gp_cov(gp), backend, nb)
+        value, alpha = _lean_value(r, L)
+        return L, value, alpha, status
+
+    def host(K, r):
+        L, alpha, quad, logdet, status = chol_solve_cpu(K, r)
+        return L, -0.5 * (quad + logdet + n * _LOG_2PI), alpha, status
+
+    if backend != "xla" or n < HOST_MIN_N or K.dtype not in (jnp.float32, jnp.float64):
+        return device(K, r)
+    return jax.lax.platform_dependent(K, r, cpu=host, default=device)
+
+
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3))
 def _lml_lean(gp, r, backend, nb):
     """``(log N(r | 0, K), status)`` with ``K = k(X, X) + diag(noise)``; NaN if K fails.
@@ -269,23 +295,20 @@ def _lml_lean(gp, r, backend, nb):
       mode the kernel is re-evaluated block by block and contracted with ``W``'s rows
       instead of its intermediates being stored.
     """
-    K = _gp_cov(gp)
-    L, status = _lean_factor(K, lambda: _gp_cov(gp), backend, nb)
-    return jnp.where(status == 0, _lean_value(r, L)[0], jnp.nan), status
+    _, value, _, status = _lean_forward(gp, r, backend, nb)
+    return jnp.where(status == 0, value, jnp.nan), status
 
 
 def _lml_lean_jvp(backend, nb, primals, tangents):
     gp, r = primals
     gp_dot, r_dot = tangents
-    K = _gp_cov(gp)
-    L, status = _lean_factor(K, lambda: _gp_cov(gp), backend, nb)
-    value, alpha = _lean_value(r, L)
+    L, value, alpha, status = _lean_forward(gp, r, backend, nb)
     out = jnp.zeros_like(value)
     if not _is_zero(r_dot):
         out = out - jnp.sum(alpha * r_dot, axis=-1)
     if not all(_is_zero(z) for z in jax.tree.leaves(gp_dot, is_leaf=_is_zero)):
         n = L.shape[-1]
-        kinv = _cho_inverse(L, nb or default_tile_size(n, L.dtype), column_major=True)
+        kinv = _cho_inverse(L, nb or default_tile_size(n, L.dtype))
 
         def W_rows(start, size):
             a = jax.lax.dynamic_slice_in_dim(alpha, start, size)

@@ -124,3 +124,77 @@ def cho_inverse_cpu(L, tiled, *, column_major=False):
         return tiled(L)
     host = partial(_cho_inverse_host, transposed=column_major)
     return lax.platform_dependent(L, cpu=host, default=tiled)
+
+
+# ----------------------------------------------------------------------------------------
+# Factor and solve on the host: the lean Gaussian-process likelihood on the CPU
+# ----------------------------------------------------------------------------------------
+
+
+def _chol_solve_host(K, r):
+    """NumPy side: ``(L, alpha, quad, logdet, status)`` of ``K`` (lower triangle read).
+
+    ``K`` is ``(..., n, n)`` in C order, ``r`` is ``(..., n)``. ``o.T`` is the Fortran
+    view of ``K^T``, whose upper triangle is ``K``'s lower one: ``potrf(upper)`` on it
+    gives ``U`` with ``U^T U = K``, stored where ``o`` keeps ``L = U^T`` (its lower
+    triangle); ``clean`` zeroes the rest. ``L z = r`` and ``L^T alpha = z`` are solved on
+    the same view. A failed factorization gives ``status = info`` (LAPACK's first failing
+    pivot, 1-based) and NaN everywhere else.
+    """
+    from scipy.linalg import lapack
+
+    K = np.asarray(K)
+    r = np.asarray(r)
+    f64 = K.dtype == np.float64
+    potrf = lapack.dpotrf if f64 else lapack.spotrf
+    trtrs = lapack.dtrtrs if f64 else lapack.strtrs
+    batch = K.shape[:-2]
+    L = np.empty(K.shape, K.dtype)
+    alpha = np.empty(r.shape, K.dtype)
+    quad = np.empty(batch, K.dtype)
+    logdet = np.empty(batch, K.dtype)
+    status = np.zeros(batch, np.int32)
+    for idx in np.ndindex(batch):
+        o = L[idx]
+        o[...] = K[idx]
+        U, info = potrf(o.T, lower=0, clean=1, overwrite_a=1)
+        if info == 0 and not np.shares_memory(U, o):  # not expected: f2py copied
+            o[...] = U.T
+        if info != 0:
+            o[...] = np.nan
+            alpha[idx], quad[idx], logdet[idx] = np.nan, np.nan, np.nan
+            status[idx] = max(int(info), 1)
+            continue
+        Uv = o.T
+        z, _ = trtrs(Uv, r[idx], lower=0, trans=1)
+        a, _ = trtrs(Uv, z, lower=0, trans=0)
+        alpha[idx] = a
+        quad[idx] = z @ z
+        logdet[idx] = 2.0 * np.sum(np.log(np.diagonal(o)))
+    return L, alpha, quad, logdet, status
+
+
+def chol_solve_cpu(K, r):
+    """``(L, alpha, quad, logdet, status)`` of ``K`` and ``r`` by LAPACK on the host.
+
+    Used by the lean GP likelihood on the CPU: the factor comes back row-major (no
+    relayout before LAPACK ``potri``) with LAPACK's own status, and ``K`` is not kept.
+    Not differentiable by itself (the caller's custom rule differentiates around it).
+
+    Args:
+        K: ``(..., n, n)`` symmetric positive definite (lower triangle read).
+        r: ``(..., n)`` right-hand side.
+
+    Returns:
+        ``L (..., n, n)``, ``alpha = K^-1 r (..., n)``, ``quad = r^T K^-1 r (...)``,
+        ``logdet (...)`` and int32 ``status (...)`` (0, or the first failing pivot).
+    """
+    batch = K.shape[:-2]
+    out = (
+        jax.ShapeDtypeStruct(K.shape, K.dtype),
+        jax.ShapeDtypeStruct(r.shape, K.dtype),
+        jax.ShapeDtypeStruct(batch, K.dtype),
+        jax.ShapeDtypeStruct(batch, K.dtype),
+        jax.ShapeDtypeStruct(batch, jnp.int32),
+    )
+    return jax.pure_callback(_chol_solve_host, out, K, r, vmap_method="broadcast_all")
