@@ -23,7 +23,7 @@ from ._cholesky import (
     _trsm,
     default_tile_size,
 )
-from ._host_lapack import cho_inverse_cpu
+from ._host_lapack import HOST_MIN_N, cho_inverse_cpu, chol_solve_cpu
 from ._validate import as_float_array, check_square, check_tile_size
 
 __all__ = ["cho_inverse", "cho_solve", "logdet", "mvn_logpdf", "solve_triangular"]
@@ -218,6 +218,35 @@ def _mvn_value(r, L):
     return -0.5 * (quad + ld + n * _LOG_2PI), alpha
 
 
+def _mvn_forward(r, cov, backend, nb):
+    """``(L, value, alpha)`` for the whole-likelihood rule.
+
+    On the CPU (XLA backend, ``r`` and ``cov`` of one batch shape) one host LAPACK call
+    factors and solves (:func:`gpchol._host_lapack.chol_solve_cpu`): no status search,
+    NaN mask or relayout pass over ``n x n`` buffers, and the row-major factor goes to
+    ``potri`` as it is. Elsewhere: :func:`gpchol._cholesky._chol` and two solves.
+    """
+    n = cov.shape[-1]
+
+    def device(r, cov):
+        L, _ = _chol(cov, backend, nb)
+        value, alpha = _mvn_value(r, L)
+        return L, value, alpha
+
+    def host(r, cov):
+        L, alpha, quad, logdet, _ = chol_solve_cpu(cov, r)
+        return L, -0.5 * (quad + logdet + n * _LOG_2PI), alpha
+
+    if (
+        backend != "xla"
+        or n < HOST_MIN_N
+        or r.shape[:-1] != cov.shape[:-2]
+        or cov.dtype not in (jnp.float32, jnp.float64)
+    ):
+        return device(r, cov)
+    return jax.lax.platform_dependent(r, cov, cpu=host, default=device)
+
+
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3))
 def _mvn_core(r, cov, backend, nb):
     """log N(r | 0, cov) for symmetric ``cov``, with the whole-likelihood derivative rule.
@@ -232,16 +261,14 @@ def _mvn_core(r, cov, backend, nb):
     covariance tangent is a symbolic zero (differentiating in ``r`` only) ``K^-1`` is not
     formed.
     """
-    L, _ = _chol(cov, backend, nb)
-    return _mvn_value(r, L)[0]
+    return _mvn_forward(r, cov, backend, nb)[1]
 
 
 @_mvn_core.defjvp
 def _mvn_core_jvp(backend, nb, primals, tangents):
     r, cov = primals
     r_dot, cov_dot = tangents
-    L, _ = _chol(cov, backend, nb)
-    value, alpha = _mvn_value(r, L)
+    L, value, alpha = _mvn_forward(r, cov, backend, nb)
     out_dot = jnp.zeros_like(value)
     if not isinstance(r_dot, jax.custom_derivatives.SymbolicZero):
         out_dot = out_dot - jnp.sum(alpha * r_dot, axis=-1)
