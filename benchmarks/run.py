@@ -293,48 +293,72 @@ def _fmt_s(t):
     return f"{t * 1e3:.0f} ms" if t < 1 else f"{t:.2f} s"
 
 
+# gpchol's two entries: the GP API (what a user fitting a GP calls) and mvn_logpdf on a
+# covariance the user builds (the kernel differentiated by JAX's autodiff)
+GPCHOL_ENTRIES = (("gpchol-gp", "GaussianProcess"), ("gpchol", "mvn_logpdf"))
+
+
+def _ref(table) -> str:
+    """The entry the ratios are taken against: the GP API when it ran."""
+    return "gpchol-gp" if "gpchol-gp" in table else "gpchol"
+
+
 def targets(speed: dict, cpu: dict, memory: list, scale: dict | None) -> list[dict]:
-    """The issue's targets at n = 4000 (only those that this run measured)."""
+    """The issue's targets at n = 4000 (only those that this run measured), for each of
+    gpchol's entries."""
     out = []
     for what, table in (("wall", speed), ("CPU time", cpu)):
         t = table.get(4000)
-        if not t or "gpchol" not in t:
-            continue
-        g = C.median(t["gpchol"])
-        for lib, goal in (("tinygp", 2.5), ("gpjax", 2.5), ("sklearn", 4.0)):
-            if lib in t:
-                r = C.median(t[lib]) / g
-                out.append(
-                    {
-                        "target": f"speed ({what}) vs {lib} >= {goal}x",
-                        "measured": r,
-                        "met": r >= goal,
-                    }
-                )
+        for key, api in GPCHOL_ENTRIES:
+            if not t or key not in t:
+                continue
+            g = C.median(t[key])
+            for lib, goal in (("tinygp", 2.5), ("gpjax", 2.5), ("sklearn", 4.0)):
+                if lib in t:
+                    r = C.median(t[lib]) / g
+                    out.append(
+                        {
+                            "target": f"speed ({what}, gpchol {api}) vs {lib} >= {goal}x",
+                            "measured": r,
+                            "met": r >= goal,
+                        }
+                    )
     mem = {(r["lib"], r["n"]): r for r in memory if r.get("status") == "ok"}
-    if ("gpchol", 4000) in mem and ("jax-default", 4000) in mem:
-        g, j = mem["gpchol", 4000], mem["jax-default", 4000]
+    for key, api in GPCHOL_ENTRIES:
+        if (key, 4000) not in mem or ("jax-default", 4000) not in mem:
+            continue
+        g, j = mem[key, 4000], mem["jax-default", 4000]
         r = g["step_peak"] / j["step_peak"]
         out.append(
-            {"target": "step peak memory vs JAX default <= 0.6x", "measured": r, "met": r <= 0.6}
+            {
+                "target": f"step peak memory (gpchol {api}) vs JAX default <= 0.6x",
+                "measured": r,
+                "met": r <= 0.6,
+            }
         )
         if "xla_temp" in g and "xla_temp" in j:
             r2 = (g["xla_temp"] + g["xla_args"]) / (j["xla_temp"] + j["xla_args"])
             out.append(
                 {
-                    "target": "(XLA temp+args) vs JAX default <= 0.6x (cross-check)",
+                    "target": f"(XLA temp+args, gpchol {api}) vs JAX default <= 0.6x "
+                    "(cross-check; host LAPACK buffers not included)",
                     "measured": r2,
                     "met": r2 <= 0.6,
                 }
             )
-    if scale and scale.get("gpchol", {}).get("largest_n"):
-        peer_max = max(
-            (v["largest_n"] or 0) for k, v in scale.items() if k not in ("gpchol", "gpchol-gp")
-        )
-        if peer_max:
-            r = scale["gpchol"]["largest_n"] / peer_max
+    peer_max = max(
+        ((v.get("largest_n") or 0) for k, v in (scale or {}).items() if not k.startswith("gpchol")),
+        default=0,
+    )
+    for key, api in GPCHOL_ENTRIES:
+        if peer_max and (scale or {}).get(key, {}).get("largest_n"):
+            r = scale[key]["largest_n"] / peer_max
             out.append(
-                {"target": "largest n vs peers' largest >= 1.3x", "measured": r, "met": r >= 1.3}
+                {
+                    "target": f"largest n (gpchol {api}) vs peers' largest >= 1.3x",
+                    "measured": r,
+                    "met": r >= 1.3,
+                }
             )
     return out
 
@@ -367,11 +391,15 @@ def render_markdown(res: dict) -> str:
         else "default threading"
     )
     for title, table in (("wall time", res["speed"]), ("CPU time of the process", res["cpu"])):
-        L += ["", f"## Value-and-gradient step, {title} ({threads}; in brackets: x gpchol's)", ""]
+        L += [
+            "",
+            f"## Value-and-gradient step, {title} ({threads}; in brackets: x gpchol-gp's)",
+            "",
+        ]
         L.append("| n | " + " | ".join(libs) + " |")
         L.append("|---:|" + "---:|" * len(libs))
         for n, t in table.items():
-            g = C.median(t.get("gpchol", []))
+            g = C.median(t.get(_ref(t), []))
             cells = []
             for lib in libs:
                 if lib in t:
@@ -463,14 +491,14 @@ def readme_snippet(res: dict) -> str:
     L = [
         f"Value-and-gradient of the exact GP log marginal likelihood (ExpSquared + noise, "
         f"d = 3, float64), {m['cpus']}-core CPU ({m['processor']}), {m['date'][:10]}; "
-        f"{what} and, in brackets, relative to gpchol "
+        f"{what} and, in brackets, relative to gpchol's GaussianProcess (gpchol-gp) "
         "(`python -m benchmarks`, full table in `benchmarks/results/`):",
         "",
     ]
     L.append("| n | " + " | ".join(libs) + " |")
     L.append("|---:|" + "---:|" * len(libs))
     for n, t in table.items():
-        g = C.median(t.get("gpchol", []))
+        g = C.median(t.get(_ref(t), []))
         L.append(
             f"| {n} | "
             + " | ".join(
@@ -575,7 +603,7 @@ def main(argv=None) -> int:
     peers.enable_x64()
     skipped = []
     libs = peers.available(args.libs, report=lambda s: (log(s), skipped.append(s[5:])))
-    if "gpchol" not in libs:
+    if not any(x.startswith("gpchol") for x in libs):
         log("gpchol itself is not importable: nothing to compare against.")
         return 2
 
@@ -626,7 +654,7 @@ def main(argv=None) -> int:
         times, cpu, values = measure_speed(n, libs, repeats)
         res["speed"][n], res["cpu"][n] = times, cpu
         for what, tt in (("wall", times), ("CPU ", cpu)):
-            g = C.median(tt.get("gpchol", [float("nan")]))
+            g = C.median(tt.get(_ref(tt), [float("nan")]))
             log(
                 f"n={n:6d} {what}: "
                 + " | ".join(
@@ -644,12 +672,12 @@ def main(argv=None) -> int:
         res["agreement"] += rows
     if not args.no_memory:
         log("memory (fresh process per library and n):")
-        default_mem = ("gpchol", "jax-default") if args.quick else libs
+        default_mem = ("gpchol", "gpchol-gp", "jax-default") if args.quick else libs
         mem_libs = [x for x in (args.memory_libs or default_mem) if x in libs]
         res["memory"] = measure_memory(mem_sizes, mem_libs, timeout=900 if not args.quick else 120)
     if args.scale:
         log(f"scale search (budget {args.scale_budget:.0f} s):")
-        scale_libs = [x for x in libs if x != "gpchol-gp"]
+        scale_libs = list(libs)
         res["scale"] = scale_search(
             scale_libs, args.scale_sizes, args.scale_timeout, args.scale_budget
         )

@@ -178,15 +178,20 @@ def _potrf_tiled(a, nb):
     tiles0, w = lax.optimization_barrier((_diag_tiles(a, blocks, nb), a))
     oks = []
     for j, k in blocks:
-        panel = w[..., j:, j:k]
-        if j > 0:
-            panel = panel - w[..., j:, :j] @ _mT(w[..., j:k, :j])
-        d = _potrf_tile(panel[..., : k - j, :])
+        # The panel below the diagonal tile is updated and solved in row chunks: the
+        # chunks are independent operations, which XLA's CPU runtime runs concurrently
+        # (one GEMM + TRSM per chunk per thread) while the diagonal tile is factored.
+        pieces = [(j, k)] + _row_chunks(k, n, nb)
+        upd = []
+        for r0, r1 in pieces:
+            p = w[..., r0:r1, j:k]
+            if j > 0:
+                p = p - w[..., r0:r1, :j] @ _mT(w[..., j:k, :j])
+            upd.append(p)
+        d = _potrf_tile(upd[0])
         oks.append(jnp.all(jnp.isfinite(jnp.diagonal(d, axis1=-2, axis2=-1)), axis=-1))
-        if k < n:
-            c = _trsm(d, panel[..., k - j :, :], left=False, trans=True)
-            d = jnp.concatenate([d, c], axis=-2)
-        w = _put(w, d, j, j)
+        cols = [d] + [_trsm(d, p, left=False, trans=True) for p in upd[1:]]
+        w = _put(w, jnp.concatenate(cols, axis=-2) if len(cols) > 1 else d, j, j)
 
     ok = jnp.stack(oks, axis=-1)  # (..., nblocks)
     failed = ~jnp.all(ok, axis=-1)
@@ -198,6 +203,16 @@ def _potrf_tiled(a, nb):
     )
     status = jnp.where(failed, status, 0).astype(jnp.int32)
     return _nan_where_failed(jnp.tril(w), status), status
+
+
+def _row_chunks(start, n, nb, parts=2):
+    """Rows ``start:n`` cut into at most ``parts`` chunks of at least ``nb`` rows."""
+    m = n - start
+    if m <= 0:
+        return []
+    p = max(1, min(parts, m // nb))
+    size = -(-m // p)
+    return [(r, min(r + size, n)) for r in range(start, n, size)]
 
 
 def _diag_tiles(a, blocks, nb):
