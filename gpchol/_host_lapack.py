@@ -22,7 +22,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["HOST_MIN_N", "cho_inverse_cpu"]
+try:  # in-place host callbacks (XLA buffers handed to NumPy, outputs aliased to inputs)
+    from jax.experimental.buffer_callback import buffer_callback as _buffer_callback
+except ImportError:  # pragma: no cover - older JAX: copying pure_callback instead
+    _buffer_callback = None
+
+__all__ = ["HOST_MIN_N", "cho_inverse_cpu", "chol_solve_cpu"]
 
 #: Below this order the tiled XLA inverse is used even on the CPU (the callback's fixed
 #: cost, tens of microseconds, is then comparable to the arithmetic).
@@ -48,19 +53,14 @@ def _mirror_lower(a):
             a[i:i1, j:j1] = a[j:j1, i:i1].T
 
 
-def _potri_host(F, upper):
-    """NumPy side of the callback: ``(..., n, n)`` factors -> full inverses.
-
-    ``F`` holds the lower factors ``L`` (``upper=False``) or their transposes ``L^T``.
-    """
+def _potri_into(out, upper):
+    """In place: ``out`` ``(..., n, n)`` holds the factors (``L``, or ``L^T`` when
+    ``upper``) on entry and the full inverses ``A^-1`` on exit (C order)."""
     from scipy.linalg import lapack
 
-    F = np.asarray(F)
-    potri = lapack.dpotri if F.dtype == np.float64 else lapack.spotri
-    out = np.empty(F.shape, F.dtype)  # C order
-    for idx in np.ndindex(F.shape[:-2]):
+    potri = lapack.dpotri if out.dtype == np.float64 else lapack.spotri
+    for idx in np.ndindex(out.shape[:-2]):
         o = out[idx]
-        o[...] = F[idx]
         # ``o.T`` is the Fortran-ordered view of the transpose of what ``o`` holds: the
         # upper factor ``L^T`` when ``o`` holds ``L``, else ``L``. potri overwrites that
         # triangle with the same triangle of ``A^-1``, i.e. the other triangle of ``o``
@@ -74,18 +74,38 @@ def _potri_host(F, upper):
             _mirror_lower(o.T)
         else:
             _mirror_lower(o)
+
+
+def _potri_host(F, upper):
+    """``pure_callback`` form: a new array with the inverses of the factors ``F``."""
+    out = np.array(F, copy=True, order="C")
+    _potri_into(out, upper)
     return out
+
+
+def _potri_buffers(ctx, out, F, *, upper):
+    """``buffer_callback`` form: ``out`` is ``F``'s own buffer (aliased), in place."""
+    del ctx, F
+    _potri_into(np.asarray(out), upper)
 
 
 def _potri_callback(L, transposed):
     # With ``transposed`` the callback is handed ``L^T``: a factor that XLA keeps in
     # column-major layout (LAPACK's potrf output) then reaches it without a copy.
     arg = jnp.swapaxes(L, -1, -2) if transposed else L
+    shape = jax.ShapeDtypeStruct(L.shape, L.dtype)
+    if _buffer_callback is not None:
+        # the factor's buffer becomes the inverse's: no n x n copy (XLA copies the
+        # factor first only if something still reads it afterwards)
+        cb = _buffer_callback(
+            partial(_potri_buffers, upper=transposed),
+            shape,
+            input_output_aliases={0: 0},
+            vmap_method="broadcast_all",
+        )
+        return cb(arg)
     return jax.pure_callback(
-        partial(_potri_host, upper=transposed),
-        jax.ShapeDtypeStruct(L.shape, L.dtype),
-        arg,
-        vmap_method="broadcast_all",
+        partial(_potri_host, upper=transposed), shape, arg, vmap_method="broadcast_all"
     )
 
 
@@ -131,32 +151,23 @@ def cho_inverse_cpu(L, tiled, *, column_major=False):
 # ----------------------------------------------------------------------------------------
 
 
-def _chol_solve_host(K, r):
-    """NumPy side: ``(L, alpha, quad, logdet, status)`` of ``K`` (lower triangle read).
+def _chol_solve_into(L, r, alpha, quad, logdet, status):
+    """In place: ``L`` ``(..., n, n)`` holds ``K`` on entry (lower triangle read) and its
+    lower Cholesky factor on exit; ``alpha``, ``quad``, ``logdet``, ``status`` are filled.
 
-    ``K`` is ``(..., n, n)`` in C order, ``r`` is ``(..., n)``. ``o.T`` is the Fortran
-    view of ``K^T``, whose upper triangle is ``K``'s lower one: ``potrf(upper)`` on it
-    gives ``U`` with ``U^T U = K``, stored where ``o`` keeps ``L = U^T`` (its lower
-    triangle); ``clean`` zeroes the rest. ``L z = r`` and ``L^T alpha = z`` are solved on
-    the same view. A failed factorization gives ``status = info`` (LAPACK's first failing
-    pivot, 1-based) and NaN everywhere else.
+    ``o.T`` is the Fortran view of ``K^T``, whose upper triangle is ``K``'s lower one:
+    ``potrf(upper)`` on it gives ``U`` with ``U^T U = K``, stored where ``o`` keeps
+    ``L = U^T`` (its lower triangle); ``clean`` zeroes the rest. ``L z = r`` and
+    ``L^T alpha = z`` are solved on the same view. A failed factorization gives
+    ``status = info`` (LAPACK's first failing pivot, 1-based) and NaN everywhere else.
     """
     from scipy.linalg import lapack
 
-    K = np.asarray(K)
-    r = np.asarray(r)
-    f64 = K.dtype == np.float64
+    f64 = L.dtype == np.float64
     potrf = lapack.dpotrf if f64 else lapack.spotrf
     trtrs = lapack.dtrtrs if f64 else lapack.strtrs
-    batch = K.shape[:-2]
-    L = np.empty(K.shape, K.dtype)
-    alpha = np.empty(r.shape, K.dtype)
-    quad = np.empty(batch, K.dtype)
-    logdet = np.empty(batch, K.dtype)
-    status = np.zeros(batch, np.int32)
-    for idx in np.ndindex(batch):
+    for idx in np.ndindex(L.shape[:-2]):
         o = L[idx]
-        o[...] = K[idx]
         U, info = potrf(o.T, lower=0, clean=1, overwrite_a=1)
         if info == 0 and not np.shares_memory(U, o):  # not expected: f2py copied
             o[...] = U.T
@@ -165,21 +176,45 @@ def _chol_solve_host(K, r):
             alpha[idx], quad[idx], logdet[idx] = np.nan, np.nan, np.nan
             status[idx] = max(int(info), 1)
             continue
+        status[idx] = 0
         Uv = o.T
         z, _ = trtrs(Uv, r[idx], lower=0, trans=1)
         a, _ = trtrs(Uv, z, lower=0, trans=0)
         alpha[idx] = a
         quad[idx] = z @ z
         logdet[idx] = 2.0 * np.sum(np.log(np.diagonal(o)))
+
+
+def _chol_solve_host(K, r):
+    """``pure_callback`` form: ``(L, alpha, quad, logdet, status)`` as new arrays."""
+    K = np.asarray(K)
+    r = np.asarray(r)
+    batch = K.shape[:-2]
+    L = np.array(K, copy=True, order="C")
+    alpha = np.empty(r.shape, K.dtype)
+    quad = np.empty(batch, K.dtype)
+    logdet = np.empty(batch, K.dtype)
+    status = np.zeros(batch, np.int32)
+    _chol_solve_into(L, r, alpha, quad, logdet, status)
     return L, alpha, quad, logdet, status
+
+
+def _chol_solve_buffers(ctx, out, K, r):
+    """``buffer_callback`` form: ``out[0]`` is ``K``'s own buffer (aliased), in place."""
+    del ctx, K
+    _chol_solve_into(
+        *(np.asarray(b) for b in out[:1]), np.asarray(r), *(np.asarray(b) for b in out[1:])
+    )
 
 
 def chol_solve_cpu(K, r):
     """``(L, alpha, quad, logdet, status)`` of ``K`` and ``r`` by LAPACK on the host.
 
-    Used by the lean GP likelihood on the CPU: the factor comes back row-major (no
-    relayout before LAPACK ``potri``) with LAPACK's own status, and ``K`` is not kept.
-    Not differentiable by itself (the caller's custom rule differentiates around it).
+    Used by the Gaussian likelihoods on the CPU: ``K`` is factored in its own buffer (an
+    in-place ``buffer_callback``; XLA copies ``K`` first only if something still reads
+    it), the factor comes back row-major (no relayout before LAPACK ``potri``) with
+    LAPACK's own status. Not differentiable by itself (the caller's custom rule
+    differentiates around it).
 
     Args:
         K: ``(..., n, n)`` symmetric positive definite (lower triangle read).
@@ -197,4 +232,9 @@ def chol_solve_cpu(K, r):
         jax.ShapeDtypeStruct(batch, K.dtype),
         jax.ShapeDtypeStruct(batch, jnp.int32),
     )
+    if _buffer_callback is not None:
+        cb = _buffer_callback(
+            _chol_solve_buffers, out, input_output_aliases={0: 0}, vmap_method="broadcast_all"
+        )
+        return cb(K, r)
     return jax.pure_callback(_chol_solve_host, out, K, r, vmap_method="broadcast_all")
