@@ -133,6 +133,33 @@ def test_cho_inverse_lapack_grads_and_failure(rng):
     assert np.all(np.isnan(jax.jit(gpchol.cho_inverse)(bad)))
 
 
+@pytest.mark.parametrize("in_place", [True, False])
+def test_host_lapack_in_place_and_copying_callbacks(rng, monkeypatch, in_place):
+    """Both host-call forms (in-place buffer_callback, copying pure_callback) agree."""
+    from gpchol import _host_lapack
+
+    if not in_place:
+        monkeypatch.setattr(_host_lapack, "_buffer_callback", None)
+    elif _host_lapack._buffer_callback is None:
+        pytest.skip("this JAX has no jax.experimental.buffer_callback")
+    n = 150
+    a = random_spd(rng, n, (2,))
+    r = rng.standard_normal((2, n))
+    L, alpha, quad, logdet, status = jax.jit(_host_lapack.chol_solve_cpu)(a, r)
+    np.testing.assert_allclose(L, np.linalg.cholesky(a), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(alpha, np.linalg.solve(a, r[..., None])[..., 0], rtol=1e-9)
+    np.testing.assert_allclose(quad, np.einsum("bi,bi->b", r, alpha), rtol=1e-9)
+    np.testing.assert_allclose(logdet, np.linalg.slogdet(a)[1], rtol=1e-12)
+    np.testing.assert_array_equal(status, 0)
+    inv = jax.jit(lambda L: gpchol.cho_inverse(L))(L)
+    np.testing.assert_allclose(inv, np.linalg.inv(a), rtol=1e-8, atol=1e-12)
+    v, g = jax.jit(jax.value_and_grad(lambda c: gpchol.mvn_logpdf(r[0], 0.0, c)))(a[0])
+    assert abs(float(v) - _scipy_logpdf(r[0], np.zeros(n), a[0])) < 1e-9 * abs(float(v))
+    ai = np.linalg.inv(a[0])
+    al = ai @ r[0]
+    np.testing.assert_allclose(g, 0.5 * (np.outer(al, al) - ai), rtol=1e-8, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     "shape, match",
     [((3,), "vector right-hand side"), ((5, 2), "needs shape"), ((5, 5, 2), "needs shape")],
