@@ -104,6 +104,17 @@ def test_jvp_matches_single_device(rng):
     _, t_ref = jax.jvp(jnp.linalg.cholesky, (jnp.asarray(A),), (jnp.asarray(V),))
     np.testing.assert_allclose(t, t_ref, atol=1e-10)
 
+    # forward mode through the solve as well (potrs has its own derivative rule)
+    b = jnp.asarray(rng.standard_normal(n))
+
+    def solve(a):
+        return gd.potrs(gd.potrf(a, T, donate=False), b, T)
+
+    with jax.set_mesh(mesh):
+        _, t = jax.jit(lambda a, v: jax.jvp(solve, (a,), (v,)))(_put(A, mesh), _put(V, mesh))
+    _, t_ref = jax.jvp(lambda a: jnp.linalg.solve(a, b), (jnp.asarray(A),), (jnp.asarray(V),))
+    np.testing.assert_allclose(t, t_ref, atol=1e-10)
+
 
 def test_jit_and_shardmap_entry_points(rng):
     mesh = _mesh((2, 2))
@@ -229,6 +240,60 @@ def test_gaussian_log_likelihood_value_and_grad(rng):
         {"ls": 0.4, "amp": 1.5}
     )
     np.testing.assert_allclose(v2, vr, rtol=1e-10)
+
+
+def test_gaussian_log_likelihood_any_n_and_all_gradients(rng):
+    """n = 203 on 2x4 (divisible by neither axis): value and gradients wrt every input."""
+    mesh = _mesh((2, 4))
+    n = 203
+    X = jnp.asarray(rng.uniform(size=(n, 2)))
+    y = jnp.asarray(rng.standard_normal(n))
+    k = 1.5 * kernels.Matern32(lengthscale=0.4) + kernels.White(0.01)
+
+    def ref(k, X, y, noise):
+        return gpchol.mvn_logpdf(y, 0.0, k(X, X) + noise * jnp.eye(n))
+
+    def f(k, X, y, noise):
+        return gd.gaussian_log_likelihood(k, k, X, y, noise, mesh)[0]
+
+    v, g = jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2, 3)))(k, X, y, 0.1)
+    vr, gr = jax.value_and_grad(ref, argnums=(0, 1, 2, 3))(k, X, y, 0.1)
+    np.testing.assert_allclose(v, vr, rtol=1e-10)
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(gr), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12 * np.max(np.abs(b)))
+
+
+def test_gaussian_log_likelihood_gradient_memory_is_per_device():
+    """The compiled value-and-gradient keeps O(n^2 / P) per device, no n x n buffer.
+
+    n = 1024 on 2x4 (P = 8), T_A = 64: one local block is n^2 / 8 entries. The step needs
+    the factor and the gradient buffer (two blocks) plus panels and partial products; the
+    bound allowed is three blocks plus 2 n T_A entries (half of one n x n matrix here).
+    """
+    mesh = _mesh((2, 4))
+    n, T, P_ = 1024, 64, 8
+    X = jax.ShapeDtypeStruct((n, 3), jnp.float64)
+    y = jax.ShapeDtypeStruct((n,), jnp.float64)
+    k = 1.5 * kernels.ExpSquared(lengthscale=0.4)
+
+    def f(k, noise, X, y):
+        return gd.gaussian_log_likelihood(k, k, X, y, noise, mesh, T)[0]
+
+    compiled = jax.jit(jax.value_and_grad(f, argnums=(0, 1))).lower(k, 0.1, X, y).compile()
+    mem = compiled.memory_analysis()
+    block = n * n // P_ * 8
+    used = mem.temp_size_in_bytes + mem.output_size_in_bytes
+    assert used <= 3 * block + 2 * n * T * 8, used / block
+    largest = max(_buffer_elements(compiled.as_text()))
+    assert largest <= n * n // P_, largest  # nothing bigger than one local block
+
+
+def _buffer_elements(txt):
+    """Element counts of every array shape in an HLO text (f64/f32 arrays)."""
+    return [
+        int(np.prod([int(d) for d in dims.split(",") if d] or [1]))
+        for dims in re.findall(r"f(?:64|32)\[([\d,]*)\]", txt)
+    ]
 
 
 def test_dispatch_hook(rng):

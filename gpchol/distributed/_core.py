@@ -72,14 +72,74 @@ def _cyclic_factor(grid, pad, L_block):
     return _layout.block_to_cyclic(grid, L)
 
 
-def potrs_block(grid: Grid, pad: _layout.Padding, L_block, b):
-    """Solve ``L L^T x = b`` from the local factor block; ``b`` replicated ``(n, r)``."""
+def _solve(grid: Grid, pad: _layout.Padding, L_block, b):
     L = _cyclic_factor(grid, pad, L_block)
     D = [_local.diag_tile(grid, L, k) for k in range(grid.nt)]
     bp = _layout.pad_vector(pad, b)
     z = _local.trsv_lower_local(grid, L, bp, D)
     x = _local.trsv_upper_local(grid, L, z, D)
     return _layout.unpad_vector(pad, x)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def potrs_block(grid: Grid, pad: _layout.Padding, L_block, b):
+    """Solve ``L L^T x = b`` from the local factor block; ``b`` replicated ``(n, r)``.
+
+    ``L`` is read as lower triangular (its upper triangle is ignored, and gets no
+    cotangent).
+    """
+    return _solve(grid, pad, L_block, b)
+
+
+@potrs_block.defjvp
+def _potrs_block_jvp(grid, pad, primals, tangents):
+    # x = A^-1 b with A = L L^T:  dx = A^-1 (db - dA x),  dA x = dL (L^T x) + L (dL^T x).
+    # The solve is a custom_linear_solve whose transpose is the same solve (A is
+    # symmetric), so reverse mode runs the sharded solve once more, bbar = A^-1 xbar, and
+    # transposes the two block matvecs into rank-r outer products on the local block,
+    #     Lbar = -tril(bbar (L^T x)^T + x (L^T bbar)^T),
+    # instead of differentiating the triangular solves step by step (whose per-step
+    # cotangents of L are each a whole zero-padded block).
+    (L, b), (dL, db) = primals, tangents
+    x = _solve(grid, pad, L, b)
+    u = _block_matvec(grid, pad, L, x, trans=True)
+    dAx = _block_matvec(grid, pad, dL, u) + _block_matvec(
+        grid, pad, L, _block_matvec(grid, pad, dL, x, trans=True)
+    )
+
+    def matvec(v):  # second-order derivatives are not supported on the sharded path
+        return v * jnp.asarray(jnp.nan, v.dtype)
+
+    def solve(_, r):
+        return _solve(grid, pad, L, r)
+
+    dx = lax.custom_linear_solve(matvec, db - dAx, solve, symmetric=True)
+    return x, dx
+
+
+def _block_matvec(grid: Grid, pad: _layout.Padding, M_block, v, trans=False):
+    """``tril(M) @ v`` (or ``tril(M)^T @ v``) from the local contiguous block, replicated.
+
+    ``v``: replicated ``(n, r)``. Each device multiplies its block by its slice of ``v``;
+    a ``psum`` along the block's rows (columns) and an ``all_gather`` across complete it.
+    """
+    pr, pc = _local.coords(grid)
+    nr, nc = M_block.shape
+    rows = pr * nr + jnp.arange(nr)
+    cols = pc * nc + jnp.arange(nc)
+    M = jnp.where(rows[:, None] >= cols[None, :], M_block, jnp.zeros((), M_block.dtype))
+    if trans:
+        y = _local._psum(M.T @ lax.dynamic_slice_in_dim(v, pr * nr, nr), grid.row_axis)
+        return _gather(y, grid.col_axis)
+    y = _local._psum(M @ lax.dynamic_slice_in_dim(v, pc * nc, nc), grid.col_axis)
+    return _gather(y, grid.row_axis)
+
+
+def _gather(y, axis):
+    if axis is None:
+        return y
+    _local.record("all_gather", y, (axis,))
+    return lax.all_gather(y, axis, tiled=True)
 
 
 def logdet_block(grid: Grid, n_rows, n_cols, L_block):
