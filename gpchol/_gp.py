@@ -58,7 +58,7 @@ from ._errors import NotPositiveDefiniteError
 from ._host_lapack import HOST_MIN_N, chol_solve_cpu
 from ._kernels import Kernel
 from ._means import Mean, as_mean
-from ._solve import _cho_inverse, _mvn_value, _trsm
+from ._solve import _cho_inverse, _mvn_value, _trsm, _whole_tangent
 from ._validate import check_tile_size, is_concrete
 
 __all__ = ["GaussianProcess", "Posterior"]
@@ -142,13 +142,7 @@ def _lml_core_jvp(backend, nb, jitter, primals, tangents):
     r_dot, K_dot = tangents
     L, status, used = _factor(K, backend, nb, jitter)
     value, alpha = _mvn_value(r, L)
-    out = jnp.zeros_like(value)
-    if not isinstance(r_dot, jax.custom_derivatives.SymbolicZero):
-        out = out - jnp.sum(alpha * r_dot, axis=-1)
-    if not isinstance(K_dot, jax.custom_derivatives.SymbolicZero):
-        kinv = _cho_inverse(L, nb or default_tile_size(L.shape[-1], L.dtype))
-        quad = jnp.einsum("...i,...ij,...j->...", alpha, K_dot, alpha)
-        out = out + 0.5 * quad - 0.5 * jnp.sum(kinv * K_dot, axis=(-2, -1))
+    out = _whole_tangent(L, alpha, r_dot, K_dot, nb)
     zero_status = np.zeros(status.shape, jax.dtypes.float0)
     return (value, status, used), (out, zero_status, jnp.zeros_like(used))
 

@@ -269,15 +269,24 @@ def _mvn_core_jvp(backend, nb, primals, tangents):
     r, cov = primals
     r_dot, cov_dot = tangents
     L, value, alpha = _mvn_forward(r, cov, backend, nb)
-    out_dot = jnp.zeros_like(value)
+    return value, _whole_tangent(L, alpha, r_dot, cov_dot, nb)
+
+
+def _whole_tangent(L, alpha, r_dot, cov_dot, nb):
+    """Tangent of ``log N(r | 0, K)``: ``-alpha . dr + alpha^T dK alpha / 2 - <K^-1, dK> / 2``.
+
+    The whole-likelihood rule's JVP (R&W 2006, eq. 5.9), shared by every Gaussian
+    likelihood of the package. Symbolic-zero tangents are skipped (``K^-1`` is not formed
+    when only ``r`` is differentiated). ``L`` is the factor of ``K``, ``alpha = K^-1 r``.
+    """
+    out = jnp.zeros(alpha.shape[:-1], alpha.dtype)
     if not isinstance(r_dot, jax.custom_derivatives.SymbolicZero):
-        out_dot = out_dot - jnp.sum(alpha * r_dot, axis=-1)
+        out = out - jnp.sum(alpha * r_dot, axis=-1)
     if not isinstance(cov_dot, jax.custom_derivatives.SymbolicZero):
         kinv = _cho_inverse(L, nb or default_tile_size(L.shape[-1], L.dtype))
         quad = jnp.einsum("...i,...ij,...j->...", alpha, cov_dot, alpha)
-        trace = jnp.sum(kinv * cov_dot, axis=(-2, -1))
-        out_dot = out_dot + 0.5 * quad - 0.5 * trace
-    return value, out_dot
+        out = out + 0.5 * quad - 0.5 * jnp.sum(kinv * cov_dot, axis=(-2, -1))
+    return out
 
 
 _mvn_core.defjvp(_mvn_core_jvp, symbolic_zeros=True)

@@ -70,10 +70,9 @@ from ._cholesky import (
     _mT,
     _prepare,
     _symmetrize,
-    default_tile_size,
 )
 from ._means import as_mean
-from ._solve import _cho_inverse, _mvn_value, cho_inverse, solve_triangular
+from ._solve import _mvn_value, _whole_tangent, cho_inverse, solve_triangular
 
 __all__ = ["GaussianProcessMarginal", "MultivariateNormal", "latent_gp"]
 
@@ -150,13 +149,7 @@ def _guarded_mvn_jvp(backend, nb, primals, tangents):
     r_dot, cov_dot = tangents
     Ls, ok = _guarded_chol(cov, backend, nb)
     value, alpha = _mvn_value(r, Ls)
-    out = jnp.zeros_like(value)
-    if not isinstance(r_dot, jax.custom_derivatives.SymbolicZero):
-        out = out - jnp.sum(alpha * r_dot, axis=-1)
-    if not isinstance(cov_dot, jax.custom_derivatives.SymbolicZero):
-        kinv = _cho_inverse(Ls, nb or default_tile_size(Ls.shape[-1], Ls.dtype))
-        quad = jnp.einsum("...i,...ij,...j->...", alpha, cov_dot, alpha)
-        out = out + 0.5 * quad - 0.5 * jnp.sum(kinv * cov_dot, axis=(-2, -1))
+    out = _whole_tangent(Ls, alpha, r_dot, cov_dot, nb)
     return jnp.where(ok, value, -jnp.inf), jnp.where(ok, out, 0.0)
 
 
