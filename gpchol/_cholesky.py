@@ -445,10 +445,19 @@ def _chol_jvp(backend, nb, primals, tangents):
     if a.shape[-1] == 0:
         return (L, status), (jnp.zeros_like(L), np.zeros(status.shape, jax.dtypes.float0))
 
-    # The tangent map and its transpose, attached through custom_linear_solve:
-    #   matvec          X  -> L X^T + X L^T          (dL -> dA, the exact inverse map)
-    #   solve           dA -> L Phi(L^-1 dA L^-T)    (forward mode)
-    #   transpose_solve Lb -> Murray's blocked adjoint (reverse mode)
+    L_dot = _linear_chol_tangent(L, a_dot, backend, nb)
+    return (L, status), (L_dot, np.zeros(status.shape, jax.dtypes.float0))
+
+
+def _linear_chol_tangent(L, a_dot, backend, nb):
+    """``dL`` for ``dA = a_dot`` as a linear map JAX can transpose into Murray's adjoint.
+
+    The tangent map and its transpose, attached through custom_linear_solve:
+      matvec          X  -> L X^T + X L^T          (dL -> dA, the exact inverse map)
+      solve           dA -> L Phi(L^-1 dA L^-T)    (forward mode)
+      transpose_solve Lb -> Murray's blocked adjoint (reverse mode)
+    """
+
     def matvec(x):
         s = L @ _mT(x)  # written so that only L (not also L^T) becomes a residual
         return s + _mT(s)
@@ -459,8 +468,7 @@ def _chol_jvp(backend, nb, primals, tangents):
     def transpose_solve(_, lbar):
         return _chol_adjoint(L, lbar, backend, nb)
 
-    L_dot = lax.custom_linear_solve(matvec, a_dot, solve, transpose_solve)
-    return (L, status), (L_dot, np.zeros(status.shape, jax.dtypes.float0))
+    return lax.custom_linear_solve(matvec, a_dot, solve, transpose_solve)
 
 
 # ----------------------------------------------------------------------------------------

@@ -65,8 +65,7 @@ from numpyro.distributions.util import lazy_property, validate_sample
 from ._cholesky import (
     _array_platform,
     _chol,
-    _chol_adjoint,
-    _chol_tangent,
+    _linear_chol_tangent,
     _mT,
     _prepare,
     _symmetrize,
@@ -109,19 +108,8 @@ def _guarded_chol_jvp(backend, nb, primals, tangents):
     Ls, ok = _guarded_chol(a, backend, nb)
     a_dot = _mask(ok, a_dot, 0.0)
 
-    # The same pair of maps gpchol's own Cholesky rule attaches (see gpchol._cholesky):
-    # matvec is the exact inverse map dL -> dA; JAX transposes through transpose_solve.
-    def matvec(x):
-        s = Ls @ _mT(x)
-        return s + _mT(s)
-
-    def solve(_, b):
-        return _chol_tangent(Ls, b)
-
-    def transpose_solve(_, lbar):
-        return _chol_adjoint(Ls, lbar, backend, nb)
-
-    L_dot = lax.custom_linear_solve(matvec, a_dot, solve, transpose_solve)
+    # The same linear map gpchol's own Cholesky rule attaches (see gpchol._cholesky).
+    L_dot = _linear_chol_tangent(Ls, a_dot, backend, nb)
     L_dot = _mask(ok, L_dot, 0.0)
     return (Ls, ok), (L_dot, np.zeros(ok.shape, jax.dtypes.float0))
 
