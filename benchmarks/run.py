@@ -21,7 +21,7 @@ library (see :mod:`benchmarks._common` and :mod:`benchmarks.peers`):
   ``bench_numpyro.py``, ``bench_distributed.py``) when present, each in a subprocess.
 
 Writes ``benchmarks/results/cpu-<date>.md`` and ``.json`` (machine, versions, command,
-date) and prints a snippet for the README.
+date; ``cpu-<date>-1thread.*`` with ``--single-thread``) and prints a snippet for the README.
 
 Usage::
 
@@ -483,7 +483,9 @@ def render_markdown(res: dict) -> str:
 
 
 def readme_snippet(res: dict) -> str:
-    libs = [x for x in res["libs"] if x not in ("gpchol-gp",)]
+    # gpchol-gp (the reference of the ratios) first, then gpchol's mvn_logpdf, then the peers
+    libs = sorted(res["libs"], key=lambda x: {"gpchol-gp": 0, "gpchol": 1}.get(x, 2))
+    names = {"gpchol-gp": "gpchol GaussianProcess", "gpchol": "gpchol mvn_logpdf"}
     m = res["machine"]
     single = res.get("single_thread")
     table = res.get("cpu") if single else res["speed"]
@@ -495,7 +497,7 @@ def readme_snippet(res: dict) -> str:
         "(`python -m benchmarks`, full table in `benchmarks/results/`):",
         "",
     ]
-    L.append("| n | " + " | ".join(libs) + " |")
+    L.append("| n | " + " | ".join(names.get(x, x) for x in libs) + " |")
     L.append("|---:|" + "---:|" * len(libs))
     for n, t in table.items():
         g = C.median(t.get(_ref(t), []))
@@ -690,7 +692,10 @@ def main(argv=None) -> int:
     if not args.no_write:
         os.makedirs(args.out_dir, exist_ok=True)
         stem = os.path.join(
-            args.out_dir, f"cpu-{time.strftime('%Y-%m-%d')}" + ("-quick" if args.quick else "")
+            args.out_dir,
+            f"cpu-{time.strftime('%Y-%m-%d')}"
+            + ("-quick" if args.quick else "")
+            + ("-1thread" if args.single_thread else ""),
         )
         with open(stem + ".md", "w") as f:
             f.write(md)
