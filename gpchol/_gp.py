@@ -44,12 +44,9 @@ import numpy as np
 
 from ._cholesky import (
     _chol,
-    _factor_with_jitter,
     _host_pivot_search,
     _normalize_jitter,
-    _prepare,
     _raise_if_failed,
-    _symmetrize,
     cholesky_with_status,
     default_tile_size,
     resolve_backend,
@@ -58,26 +55,12 @@ from ._errors import NotPositiveDefiniteError
 from ._host_lapack import HOST_MIN_N, chol_solve_cpu
 from ._kernels import Kernel
 from ._means import Mean, as_mean
-from ._solve import _cho_inverse, _mvn_value, _trsm, _whole_tangent
-from ._validate import check_tile_size, is_concrete
+from ._solve import _cho_inverse, _mvn_value, _trsm
+from ._validate import as_inputs, check_tile_size, is_concrete
 
 __all__ = ["GaussianProcess", "Posterior"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
-
-
-def _as_X(X: Any) -> jax.Array:
-    X = jnp.asarray(X)
-    if X.ndim == 1:
-        X = X[:, None]
-    if X.ndim != 2:
-        raise ValueError(
-            f"X must have shape (n, d) or (n,); got shape {tuple(X.shape)}. For a batch of "
-            "GPs, build them inside jax.vmap."
-        )
-    if not jnp.issubdtype(X.dtype, jnp.floating):
-        X = X.astype(jnp.result_type(float))
-    return X
 
 
 def _concrete_check(X, noise) -> None:
@@ -112,60 +95,25 @@ def _input_mesh(X):
     return None
 
 
-def _factor(K, backend, nb, jitter):
-    if jitter is None:
-        L, status = _chol(K, backend, nb)
-        return L, status, jnp.zeros(K.shape[:-2], K.dtype)
-    return _factor_with_jitter(K, backend, nb, jitter)
-
-
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
-def _lml_core(r, K, backend, nb, jitter):
-    """``(log N(r | 0, K), status, jitter_used)`` with the whole-likelihood derivative.
-
-    With ``alpha = K^-1 r`` (R&W 2006, eq. 5.9)::
-
-        d logp = -alpha . dr + < (alpha alpha^T - K^-1) / 2, dK >
-
-    stated as a JVP that is linear in the tangents, so JAX transposes it for reverse mode
-    into ``Kbar = g (alpha alpha^T - K^-1) / 2``; ``K^-1`` comes from gpchol's factor by the
-    tiled inverse (``potri``-like, ~2 n^3 / 3 flops). Measured on this CPU (n = 2000, one
-    thread): 0.86 s for value and gradient against 2.06 s through ``jnp.linalg.cholesky``'s
-    rules and 3.0 s through the Cholesky adjoint composed with the solves.
-    """
-    L, status, used = _factor(K, backend, nb, jitter)
-    return _mvn_value(r, L)[0], status, used
-
-
-def _lml_core_jvp(backend, nb, jitter, primals, tangents):
-    r, K = primals
-    r_dot, K_dot = tangents
-    L, status, used = _factor(K, backend, nb, jitter)
-    value, alpha = _mvn_value(r, L)
-    out = _whole_tangent(L, alpha, r_dot, K_dot, nb)
-    zero_status = np.zeros(status.shape, jax.dtypes.float0)
-    return (value, status, used), (out, zero_status, jnp.zeros_like(used))
-
-
-_lml_core.defjvp(_lml_core_jvp, symbolic_zeros=True)
-
-
 # ----------------------------------------------------------------------------------------
 # The lean likelihood core: the covariance is built inside, factored in place and rebuilt
 # (never stored) for the derivative
 # ----------------------------------------------------------------------------------------
 
 
-def _gp_cov(gp):
-    """``k(X, X) + diag(noise)`` of a :class:`GaussianProcess`."""
-    return gp.covariance_matrix()
+def _gp_cov(gp, dtype, jitter=0.0):
+    """``k(X, X) + diag(noise) + jitter I`` of a :class:`GaussianProcess`, as ``dtype``."""
+    K = gp.covariance_matrix().astype(dtype)
+    if jitter:
+        K = K + jnp.asarray(jitter, dtype) * jnp.eye(K.shape[-1], dtype=dtype)
+    return K
 
 
 def _gp_rows(gp, start, size):
     """Rows ``start:start+size`` of ``k(X, X) + diag(noise)``, ``(size, n)``.
 
     ``start`` may be traced (``lax.dynamic_slice``); kernels are tile-exact, so these rows
-    equal the same rows of the whole matrix.
+    equal the same rows of the whole matrix. (A jitter is a constant: no tangent.)
     """
     n = gp.X.shape[0]
     Xb = jax.lax.dynamic_slice_in_dim(gp.X, start, size, axis=0)
@@ -223,7 +171,7 @@ def _lean_value(r, L):
     return -0.5 * (jnp.sum(z[..., 0] ** 2, axis=-1) + ld + n * _LOG_2PI), alpha
 
 
-def _blocked_contraction(gp, gp_dot, W_rows):
+def _blocked_contraction(gp, gp_dot, W_rows, dtype):
     """``<W, dK>`` summed over row blocks, ``dK`` the tangent of the GP's covariance.
 
     A ``lax.scan`` over blocks of rows: each step re-evaluates the kernel rows
@@ -241,25 +189,29 @@ def _blocked_contraction(gp, gp_dot, W_rows):
         start = jnp.minimum(j0, n - size)  # the last block is shifted back ...
         _, Kd = jax.jvp(lambda g: _gp_rows(g, start, size), (gp,), (gp_dot,))
         keep = (start + jnp.arange(size) >= j0)[:, None]  # ... and its overlap masked
-        return acc + jnp.sum(jnp.where(keep, W_rows(start, size) * Kd, 0.0)), None
+        part = jnp.sum(jnp.where(keep, W_rows(start, size) * Kd.astype(dtype), 0.0))
+        return acc + part, None
 
-    zero = jnp.zeros((), jax.tree.leaves(gp_dot)[0].dtype if jax.tree.leaves(gp_dot) else float)
-    return jax.lax.scan(step, zero, starts)[0]
+    return jax.lax.scan(step, jnp.zeros((), dtype), starts)[0]
 
 
-def _lean_forward(gp, r, backend, nb):
-    """``(L, value, alpha, status)`` of the GP's covariance, ``K`` not kept.
+def _lean_forward(gp, r, backend, nb, jitter):
+    """``(L, value, alpha, status, jitter_used)`` of the GP's covariance, ``K`` not kept.
 
     On the CPU (XLA backend) one host call factors and solves with LAPACK
     (:func:`gpchol._host_lapack.chol_solve_cpu`): the factor comes back row-major, ready
     for ``potri``, with LAPACK's own pivot as status. Elsewhere ``K`` is factored in place
     by XLA (:func:`_lean_factor`) and the solves use the factor as it is laid out.
-    """
-    K = _gp_cov(gp)
-    n = K.shape[-1]
 
-    def device(K, r):
-        L, status = _lean_factor(K, lambda: _gp_cov(gp), backend, nb)
+    ``jitter``: ``None`` or a schedule ``(j0, j1, ...)``: ``K + j I`` is tried for each
+    ``j`` in order until one factors (a ``lax.cond`` per retry: a retry rebuilds ``K``
+    with the next jitter, so nothing is kept from a failed attempt but its status).
+    """
+    dtype = r.dtype
+    n = r.shape[-1]
+
+    def device(K, r, j):
+        L, status = _lean_factor(K, lambda: _gp_cov(gp, dtype, j), backend, nb)
         value, alpha = _lean_value(r, L)
         return L, value, alpha, status
 
@@ -267,21 +219,35 @@ def _lean_forward(gp, r, backend, nb):
         L, alpha, quad, logdet, status = chol_solve_cpu(K, r)
         return L, -0.5 * (quad + logdet + n * _LOG_2PI), alpha, status
 
-    if backend != "xla" or n < HOST_MIN_N or K.dtype not in (jnp.float32, jnp.float64):
-        return device(K, r)
-    return jax.lax.platform_dependent(K, r, cpu=host, default=device)
+    def attempt(j):
+        K = _gp_cov(gp, dtype, j)
+        if backend != "xla" or n < HOST_MIN_N or dtype not in (jnp.float32, jnp.float64):
+            out = device(K, r, j)
+        else:
+            out = jax.lax.platform_dependent(K, r, cpu=host, default=lambda K, r: device(K, r, j))
+        return (*out, jnp.asarray(j, dtype))
+
+    schedule = jitter or (0.0,)
+    out = attempt(schedule[0])
+    for j in schedule[1:]:
+        out = jax.lax.cond(out[3] != 0, lambda j=j: attempt(j), lambda out=out: out)
+    return out
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
-def _lml_lean(gp, r, backend, nb):
-    """``(log N(r | 0, K), status)`` with ``K = k(X, X) + diag(noise)``; NaN if K fails.
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
+def _lml_lean(gp, r, backend, nb, jitter):
+    """``(log N(r | 0, K), status)`` with ``K = k(X, X) + diag(noise) + jitter I``.
 
-    The derivative is the whole-likelihood one of :func:`_lml_core` (R&W 2006, eq. 5.9)::
+    NaN where ``K`` is not positive definite for any jitter of the schedule (``status``:
+    the first failing pivot of the last attempt). With ``alpha = K^-1 r``, the
+    derivative is the whole-likelihood one (Rasmussen & Williams 2006, eq. 5.9)::
 
         d logp = -alpha . dr + < W, dK >,   W = (alpha alpha^T - K^-1) / 2,
 
-    with ``dK`` the tangent of the covariance as a function of the GP's parameters. It is
-    arranged so that no ``n x n`` buffer is made beyond the factor and ``K^-1``:
+    stated as a JVP that is linear in the tangents, so JAX transposes it for reverse mode.
+    ``dK`` is the tangent of the covariance as a function of the GP's parameters (the
+    jitter kept is a constant). It is arranged so that no ``n x n`` buffer is made beyond
+    the factor and ``K^-1``:
 
     * ``K`` is built, then factored in place (:func:`_lean_factor`), and the factor is
       used in the column-major layout LAPACK leaves it in (solves and ``potri``);
@@ -289,14 +255,14 @@ def _lml_lean(gp, r, backend, nb):
       mode the kernel is re-evaluated block by block and contracted with ``W``'s rows
       instead of its intermediates being stored.
     """
-    _, value, _, status = _lean_forward(gp, r, backend, nb)
+    _, value, _, status, _ = _lean_forward(gp, r, backend, nb, jitter)
     return jnp.where(status == 0, value, jnp.nan), status
 
 
-def _lml_lean_jvp(backend, nb, primals, tangents):
+def _lml_lean_jvp(backend, nb, jitter, primals, tangents):
     gp, r = primals
     gp_dot, r_dot = tangents
-    L, value, alpha, status = _lean_forward(gp, r, backend, nb)
+    L, value, alpha, status, _ = _lean_forward(gp, r, backend, nb, jitter)
     out = jnp.zeros_like(value)
     if not _is_zero(r_dot):
         out = out - jnp.sum(alpha * r_dot, axis=-1)
@@ -309,7 +275,7 @@ def _lml_lean_jvp(backend, nb, primals, tangents):
             k = jax.lax.dynamic_slice_in_dim(kinv, start, size, axis=0)
             return 0.5 * (a[:, None] * alpha[None, :] - k)
 
-        out = out + _blocked_contraction(gp, _instantiate(gp_dot), W_rows)
+        out = out + _blocked_contraction(gp, _instantiate(gp_dot), W_rows, value.dtype)
     zero_status = np.zeros(status.shape, jax.dtypes.float0)
     return (jnp.where(status == 0, value, jnp.nan), status), (out, zero_status)
 
@@ -368,7 +334,7 @@ class GaussianProcess:
             raise TypeError(
                 f"kernel must be a gpchol kernel (gpchol.kernels.*); got {type(kernel).__name__}."
             )
-        X = _as_X(X)
+        X = as_inputs(X)
         noise = jnp.asarray(noise)
         if not jnp.issubdtype(noise.dtype, jnp.floating):
             noise = noise.astype(X.dtype)
@@ -514,19 +480,13 @@ class GaussianProcess:
             return self._sharded_lml(r, mesh)
         if self.n == 0:
             return jnp.zeros((), r.dtype), jnp.zeros((), jnp.int32)
-        K = jax.eval_shape(self.covariance_matrix)
-        if self.jitter is None and K.dtype == r.dtype:
-            # the lean core: k(X, X) is read by its lower triangle (kernels are symmetric)
-            be = resolve_backend(self.backend, self.X)
-            nb = check_tile_size(self.tile_size)
-            if nb is None and be != "cuda":
-                nb = default_tile_size(self.n, K.dtype)
-            nb = None if nb is None else max(1, min(nb, self.n))
-            return _lml_lean(self, r, be, nb)
-        K = self.covariance_matrix().astype(r.dtype)
-        K, nb, be = _prepare(K, self.tile_size, self.backend, name="covariance")
-        value, status, _ = _lml_core(r, _symmetrize(K), be, nb, self.jitter)
-        return value, status
+        # k(X, X) is read by its lower triangle (kernels are symmetric)
+        be = resolve_backend(self.backend, self.X)
+        nb = check_tile_size(self.tile_size)
+        if nb is None and be != "cuda":
+            nb = default_tile_size(self.n, r.dtype)
+        nb = None if nb is None else max(1, min(nb, self.n))
+        return _lml_lean(self, r, be, nb, self.jitter)
 
     def _sharded_lml(self, r, mesh):
         """The likelihood on ``gpchol.distributed``: covariance tiles built where they live."""
@@ -681,7 +641,7 @@ class Posterior:
         return obj
 
     def _Xs(self, Xs):
-        Xs = self.gp.X if Xs is None else _as_X(Xs)
+        Xs = self.gp.X if Xs is None else as_inputs(Xs, "Xs")
         if Xs.shape[1] != self.gp.X.shape[1]:
             raise ValueError(
                 f"Xs has {Xs.shape[1]} column(s) but the training inputs have {self.gp.X.shape[1]}."

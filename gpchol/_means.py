@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._validate import as_inputs
+
 __all__ = ["Constant", "Function", "Linear", "Mean", "Zero", "as_mean"]
 
 
@@ -38,17 +40,6 @@ def _pytree_dataclass(cls: type) -> type:
     meta = [f.name for f in fields if f.metadata.get("static", False)]
     data = [f.name for f in fields if not f.metadata.get("static", False)]
     return jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
-
-
-def _as_input(X: Any) -> jax.Array:
-    X = jnp.asarray(X)
-    if X.ndim == 1:
-        X = X[:, None]
-    elif X.ndim != 2:
-        raise ValueError(f"X must have shape (n, d) or (n,); got an array of shape {X.shape}")
-    if not jnp.issubdtype(X.dtype, jnp.floating):
-        X = X.astype(jnp.result_type(float))
-    return X
 
 
 def _param(value: Any, dtype: Any) -> jax.Array:
@@ -70,7 +61,7 @@ class Mean:
         Returns:
             The mean at each input, shape ``(n,)``, in the floating dtype of ``X``.
         """
-        return self._eval(_as_input(X))
+        return self._eval(as_inputs(X))
 
     def _eval(self, x: jax.Array) -> jax.Array:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -63,3 +63,24 @@ def is_concrete(*xs) -> bool:
     from jax.core import Tracer
 
     return not any(isinstance(x, Tracer) for x in xs)
+
+
+def as_inputs(X, name: str = "X"):
+    """``X`` as a floating ``(n, d)`` array (``(n,)`` is read as ``(n, 1)``), or raise.
+
+    Integer inputs are cast to the default float dtype (they are coordinates, not a
+    matrix to factor). Shared by kernels, means and the GP constructors.
+    """
+    X = jnp.asarray(X)
+    if X.ndim == 1:
+        X = X[:, None]
+    elif X.ndim != 2:
+        raise ValueError(
+            f"{name} must have shape (n, d) or (n,); got an array of shape {tuple(X.shape)}. "
+            "For a batch of inputs (or of GPs), use jax.vmap."
+        )
+    if X.shape[1] == 0:
+        raise ValueError(f"{name} must have at least one column; got shape {tuple(X.shape)}.")
+    if not jnp.issubdtype(X.dtype, jnp.floating):
+        X = X.astype(jnp.result_type(float))
+    return X

@@ -72,6 +72,7 @@ from ._cholesky import (
 )
 from ._means import as_mean
 from ._solve import _mvn_value, _whole_tangent, cho_inverse, solve_triangular
+from ._validate import as_inputs
 
 __all__ = ["GaussianProcessMarginal", "MultivariateNormal", "latent_gp"]
 
@@ -511,17 +512,6 @@ class MultivariateNormal(Distribution):
 # ----------------------------------------------------------------------------------------
 
 
-def _as_X(X):
-    X = jnp.asarray(X)
-    if X.ndim == 1:
-        X = X[:, None]
-    if X.ndim != 2:
-        raise ValueError(f"X must have shape (n, d) or (n,); got shape {tuple(X.shape)}.")
-    if not jnp.issubdtype(X.dtype, jnp.floating):
-        X = X.astype(jnp.result_type(float))
-    return X
-
-
 def _check_jitter(jitter):
     if jitter is None:
         return None
@@ -631,7 +621,7 @@ class GaussianProcessMarginal(MultivariateNormal):
     ):
         if not callable(kernel):
             raise TypeError(f"kernel must be callable as k(X1, X2); got {kernel!r}.")
-        X = _as_X(X)
+        X = as_inputs(X)
         n = X.shape[0]
         self.kernel = kernel
         self.X = X
@@ -728,7 +718,7 @@ def latent_gp(name, kernel, X, mean=0.0, jitter=1e-6):
         >>> draws["f"].shape, draws["y"].shape
         ((2, 6), (2, 6))
     """
-    X = _as_X(X)
+    X = as_inputs(X)
     n = X.shape[0]
     j = _check_jitter(jitter) or 0.0
     K = kernel(X, X)

@@ -196,6 +196,42 @@ def test_lean_core_failure_and_float32(rng):
     assert np.isfinite(float(g.kernel.lengthscale))
 
 
+@pytest.mark.parametrize("n", [40, 150], ids=["xla-factor", "host-lapack"])
+@pytest.mark.parametrize(
+    "jitter, kept",
+    [((0.0, 0.0, 1e-3, 1.0), 1e-3), (0.05, 0.05)],
+    ids=["schedule-retries-twice", "one-value"],
+)
+def test_jitter_in_the_lean_core(rng, n, jitter, kept):
+    """A jitter schedule: the first value that factors is kept (earlier ones fail), and
+    value and gradient are those of ``K + kept I`` by JAX's own rules, under jit, for both
+    factor paths (XLA in place below 128 rows, host LAPACK)."""
+    X = rng.uniform(-2, 2, (n, 2))
+    X[1] = X[0]  # the first two inputs equal, amplitude 4, no noise: pivot 2 is 4 - 2 * 2 = 0
+    y = np.cos(X[:, 1]) + 0.1 * rng.standard_normal(n)
+    kern = 4.0 * kernels.Matern52(np.array([0.7, 1.2]))
+    gp = GaussianProcess(kern, X, noise=0.0, mean=0.1, jitter=jitter)
+    assert np.all(np.asarray(gp.covariance_matrix())[:2, :2] == 4.0)
+
+    def lml_ref(m):
+        K = m.covariance_matrix() + kept * jnp.eye(n)
+        L = jnp.linalg.cholesky(K)
+        z = jax.scipy.linalg.solve_triangular(L, y - m.mean_vector(), lower=True)
+        return -0.5 * z @ z - jnp.sum(jnp.log(jnp.diag(L))) - 0.5 * n * np.log(2 * np.pi)
+
+    f = jax.jit(jax.value_and_grad(lambda m: m.log_marginal_likelihood_with_status(y)[0]))
+    v, g = f(gp)
+    v_ref, g_ref = jax.value_and_grad(lml_ref)(gp)
+    assert np.isfinite(float(v_ref))
+    np.testing.assert_allclose(float(v), float(v_ref), rtol=1e-10)
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-9 * np.abs(b).max())
+    assert float(gp.factor()[2]) == kept
+    # without the jitter the same GP fails (so the schedule really retried)
+    bare = GaussianProcess(kern, X, noise=0.0, mean=0.1)
+    assert int(bare.log_marginal_likelihood_with_status(y)[1]) == 2
+
+
 # ------------------------------------------------------------------------- posterior
 
 
@@ -329,6 +365,12 @@ def test_bad_y_and_X():
         GaussianProcess(kernels.ExpSquared(), np.array([0.0, np.nan]), noise=0.1)
     with pytest.raises(TypeError, match="kernel"):
         GaussianProcess(lambda a, b: a, np.arange(3.0), noise=0.1)
+    with pytest.raises(ValueError, match=r"X must have shape \(n, d\).*jax.vmap"):
+        GaussianProcess(kernels.ExpSquared(), np.zeros((2, 3, 1)), noise=0.1)
+    with pytest.raises(ValueError, match="at least one column"):
+        GaussianProcess(kernels.ExpSquared(), np.zeros((3, 0)), noise=0.1)
+    with pytest.raises(ValueError, match=r"Xs must have shape"):
+        gp.condition(np.sin(np.arange(5.0))).mean(np.zeros((1, 1, 1)))
 
 
 def test_sharded_inputs_take_the_distributed_path(rng):
