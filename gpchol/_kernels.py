@@ -56,6 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gpchol._transforms import Positive
+from gpchol._validate import as_inputs
 
 __all__ = [
     "RBF",
@@ -113,26 +114,9 @@ def _normalize_active_dims(active_dims: Any) -> tuple[int, ...] | None:
     return tuple(int(i) for i in items)
 
 
-def _as_input(X: Any, name: str) -> jax.Array:
-    """Returns ``X`` as a floating 2-D array of shape ``(n, d)``."""
-    X = jnp.asarray(X)
-    if X.ndim == 1:
-        X = X[:, None]
-    elif X.ndim != 2:
-        raise ValueError(
-            f"{name} must have shape (n, d) or (n,); got an array of shape {X.shape}. "
-            "For a batch of inputs, use jax.vmap."
-        )
-    if X.shape[1] == 0:
-        raise ValueError(f"{name} must have at least one column; got shape {X.shape}")
-    if not jnp.issubdtype(X.dtype, jnp.floating):
-        X = X.astype(jnp.result_type(float))
-    return X
-
-
 def _as_inputs(X1: Any, X2: Any) -> tuple[jax.Array, jax.Array]:
-    x1 = _as_input(X1, "X1")
-    x2 = x1 if X2 is None else _as_input(X2, "X2")
+    x1 = as_inputs(X1, "X1")
+    x2 = x1 if X2 is None else as_inputs(X2, "X2")
     if x1.shape[1] != x2.shape[1]:
         raise ValueError(
             f"X1 and X2 must have the same number of columns; got shapes {x1.shape} and {x2.shape}"
@@ -262,11 +246,6 @@ def _safe_sqrt(r2: jax.Array) -> jax.Array:
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, r2, 1.0)), 0.0)
 
 
-def _ones_diag(kernel: Any, X: jax.Array) -> jax.Array:
-    _select(X, kernel.active_dims)  # validates active_dims against X
-    return jnp.ones(X.shape[:1], dtype=X.dtype)
-
-
 def _is_scalar(value: Any) -> bool:
     if isinstance(value, bool):
         return False
@@ -327,7 +306,7 @@ class Kernel:
         Returns:
             ``k(X[i], X[i])`` for each row, shape ``(n,)``.
         """
-        return self._diag(_as_input(X, "X"))
+        return self._diag(as_inputs(X, "X"))
 
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:  # pragma: no cover
         raise NotImplementedError
@@ -395,11 +374,46 @@ class Kernel:
         return NotImplemented
 
 
+class _ActiveDimsKernel(Kernel):
+    """Base of the kernels that read only the input columns named by ``active_dims``.
+
+    It normalises ``active_dims`` on construction (an int becomes a 1-tuple, a sequence
+    a tuple; other values raise). Each subclass declares the field itself, as its last
+    one: a dataclass puts inherited fields first, and ``active_dims`` must come after the
+    parameters so that positional construction (``ExpSquared(2.0)``) is unchanged.
+    """
+
+    active_dims: tuple[int, ...] | None  # a static dataclass field of each subclass
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "active_dims", _normalize_active_dims(self.active_dims))
+
+
 # ---------------------------------------------------------------------- stationary
 
 
+class _Stationary(_ActiveDimsKernel):
+    """Base of the stationary kernels: a positive ``lengthscale``, unit variance."""
+
+    lengthscale: Any  # a dataclass field of each subclass: scalar or shape (d,)
+
+    _positive: ClassVar[tuple[str, ...]] = ("lengthscale",)
+
+    def _diag(self, x: jax.Array) -> jax.Array:
+        _select(x, self.active_dims)  # validates active_dims against x
+        return jnp.ones(x.shape[:1], dtype=x.dtype)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _LengthscaleKernel(_Stationary):
+    """The fields of a stationary kernel whose only parameter is its lengthscale."""
+
+    lengthscale: Any = 1.0
+    active_dims: tuple[int, ...] | None = _static()
+
+
 @_pytree_dataclass
-class ExpSquared(Kernel):
+class ExpSquared(_LengthscaleKernel):
     r"""Squared-exponential (RBF, Gaussian) kernel.
 
     .. math:: k(x, x') = \exp\left(-\frac{r^2}{2}\right), \qquad
@@ -424,23 +438,12 @@ class ExpSquared(Kernel):
          [0.3679 1.    ]]
     """
 
-    lengthscale: Any = 1.0
-    active_dims: tuple[int, ...] | None = _static()
-
-    _positive: ClassVar[tuple[str, ...]] = ("lengthscale",)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "active_dims", _normalize_active_dims(self.active_dims))
-
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         return jnp.exp(-0.5 * _scaled_sqdist(self, x1, x2))
 
-    def _diag(self, x: jax.Array) -> jax.Array:
-        return _ones_diag(self, x)
-
 
 @_pytree_dataclass
-class Matern12(Kernel):
+class Matern12(_LengthscaleKernel):
     r"""Matérn kernel with smoothness 1/2 (exponential, Ornstein-Uhlenbeck kernel).
 
     .. math:: k(x, x') = \exp(-r), \qquad r = \sqrt{\textstyle\sum_k (x_k - x'_k)^2 / l_k^2}
@@ -463,24 +466,13 @@ class Matern12(Kernel):
         [[1.     0.3679]]
     """
 
-    lengthscale: Any = 1.0
-    active_dims: tuple[int, ...] | None = _static()
-
-    _positive: ClassVar[tuple[str, ...]] = ("lengthscale",)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "active_dims", _normalize_active_dims(self.active_dims))
-
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         r = _safe_sqrt(_scaled_sqdist(self, x1, x2))
         return jnp.exp(-r)
 
-    def _diag(self, x: jax.Array) -> jax.Array:
-        return _ones_diag(self, x)
-
 
 @_pytree_dataclass
-class Matern32(Kernel):
+class Matern32(_LengthscaleKernel):
     r"""Matérn kernel with smoothness 3/2.
 
     .. math:: k(x, x') = (1 + \sqrt{3}\,r)\,\exp(-\sqrt{3}\,r), \qquad
@@ -504,24 +496,13 @@ class Matern32(Kernel):
         [[1.     0.4834]]
     """
 
-    lengthscale: Any = 1.0
-    active_dims: tuple[int, ...] | None = _static()
-
-    _positive: ClassVar[tuple[str, ...]] = ("lengthscale",)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "active_dims", _normalize_active_dims(self.active_dims))
-
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         s = math.sqrt(3.0) * _safe_sqrt(_scaled_sqdist(self, x1, x2))
         return (1.0 + s) * jnp.exp(-s)
 
-    def _diag(self, x: jax.Array) -> jax.Array:
-        return _ones_diag(self, x)
-
 
 @_pytree_dataclass
-class Matern52(Kernel):
+class Matern52(_LengthscaleKernel):
     r"""Matérn kernel with smoothness 5/2.
 
     .. math:: k(x, x') = \left(1 + \sqrt{5}\,r + \tfrac{5}{3} r^2\right)\exp(-\sqrt{5}\,r),
@@ -545,25 +526,14 @@ class Matern52(Kernel):
         [[1.    0.524]]
     """
 
-    lengthscale: Any = 1.0
-    active_dims: tuple[int, ...] | None = _static()
-
-    _positive: ClassVar[tuple[str, ...]] = ("lengthscale",)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "active_dims", _normalize_active_dims(self.active_dims))
-
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         r2 = _scaled_sqdist(self, x1, x2)
         s = math.sqrt(5.0) * _safe_sqrt(r2)
         return (1.0 + s + (5.0 / 3.0) * r2) * jnp.exp(-s)
 
-    def _diag(self, x: jax.Array) -> jax.Array:
-        return _ones_diag(self, x)
-
 
 @_pytree_dataclass
-class RationalQuadratic(Kernel):
+class RationalQuadratic(_Stationary):
     r"""Rational-quadratic kernel: a scale mixture of squared exponentials.
 
     .. math:: k(x, x') = \left(1 + \frac{r^2}{2\alpha}\right)^{-\alpha}, \qquad
@@ -594,20 +564,14 @@ class RationalQuadratic(Kernel):
 
     _positive: ClassVar[tuple[str, ...]] = ("lengthscale", "alpha")
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "active_dims", _normalize_active_dims(self.active_dims))
-
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         r2 = _scaled_sqdist(self, x1, x2)
         alpha = _param(self.alpha, r2.dtype)
         return jnp.exp(-alpha * jnp.log1p(r2 / (2.0 * alpha)))
 
-    def _diag(self, x: jax.Array) -> jax.Array:
-        return _ones_diag(self, x)
-
 
 @_pytree_dataclass
-class Periodic(Kernel):
+class Periodic(_Stationary):
     r"""Periodic (exp-sine-squared) kernel of MacKay.
 
     .. math:: k(x, x') = \exp\left(-2 \sum_{k=1}^{d}
@@ -639,18 +603,12 @@ class Periodic(Kernel):
 
     _positive: ClassVar[tuple[str, ...]] = ("lengthscale", "period")
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "active_dims", _normalize_active_dims(self.active_dims))
-
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         x1 = _select(x1, self.active_dims)
         x2 = _select(x2, self.active_dims)
         ls = _per_dim(self.lengthscale, x1, "lengthscale")
         period = _per_dim(self.period, x1, "period")
         return jnp.exp(-2.0 * _dimsum(_periodic_term, x1, x2, math.pi / period, ls))
-
-    def _diag(self, x: jax.Array) -> jax.Array:
-        return _ones_diag(self, x)
 
 
 RBF = ExpSquared
@@ -660,7 +618,7 @@ ExpSineSquared = Periodic
 
 
 @_pytree_dataclass
-class Linear(Kernel):
+class Linear(_ActiveDimsKernel):
     r"""Linear (dot-product) kernel: Bayesian linear regression through ``offset``.
 
     .. math:: k(x, x') = \sigma^2 \sum_{k=1}^{d} (x_k - c_k)(x'_k - c_k)
@@ -692,9 +650,6 @@ class Linear(Kernel):
 
     _positive: ClassVar[tuple[str, ...]] = ("variance",)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "active_dims", _normalize_active_dims(self.active_dims))
-
     def _centered(self, x: jax.Array) -> jax.Array:
         x = _select(x, self.active_dims)
         return x - _per_dim(self.offset, x, "offset")
@@ -709,7 +664,7 @@ class Linear(Kernel):
 
 
 @_pytree_dataclass
-class Polynomial(Kernel):
+class Polynomial(_ActiveDimsKernel):
     r"""Polynomial kernel of integer degree.
 
     .. math:: k(x, x') = \left(\sigma^2\, x^\top x' + c\right)^{q}
@@ -747,20 +702,19 @@ class Polynomial(Kernel):
         if isinstance(degree, bool) or not isinstance(degree, numbers.Integral) or degree < 1:
             raise ValueError(f"Polynomial degree must be a positive integer; got {degree!r}")
         object.__setattr__(self, "degree", int(degree))
-        object.__setattr__(self, "active_dims", _normalize_active_dims(self.active_dims))
+        super().__post_init__()
+
+    def _of_dot(self, dot: jax.Array) -> jax.Array:
+        base = _param(self.variance, dot.dtype) * dot + _param(self.offset, dot.dtype)
+        return base**self.degree
 
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         a = _select(x1, self.active_dims)
         b = _select(x2, self.active_dims)
-        dot = _dimsum(_prod, a, b)
-        base = _param(self.variance, dot.dtype) * dot + _param(self.offset, dot.dtype)
-        return base**self.degree
+        return self._of_dot(_dimsum(_prod, a, b))
 
     def _diag(self, x: jax.Array) -> jax.Array:
-        a = _select(x, self.active_dims)
-        dot = _rowsum(_prod, a)
-        base = _param(self.variance, dot.dtype) * dot + _param(self.offset, dot.dtype)
-        return base**self.degree
+        return self._of_dot(_rowsum(_prod, _select(x, self.active_dims)))
 
 
 # --------------------------------------------------------------------- simple ones
@@ -796,7 +750,7 @@ class Constant(Kernel):
 
 
 @_pytree_dataclass
-class White(Kernel):
+class White(_ActiveDimsKernel):
     r"""White-noise kernel: ``k(x, x') = sigma^2`` if ``x == x'`` else 0.
 
     Points are "identical" when their rows are exactly equal (in every active
@@ -840,9 +794,6 @@ class White(Kernel):
     active_dims: tuple[int, ...] | None = _static()
 
     _positive: ClassVar[tuple[str, ...]] = ("variance",)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "active_dims", _normalize_active_dims(self.active_dims))
 
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         a = _select(x1, self.active_dims)

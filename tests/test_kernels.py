@@ -1,7 +1,9 @@
 """Kernels: values against float64 NumPy references, PSD, tiles, ARD, active_dims,
 algebra, pytree behaviour, gradients, transformations and dtypes."""
 
+import dataclasses
 import doctest
+import inspect
 import itertools
 
 import jax
@@ -506,6 +508,153 @@ def test_white_is_nonzero_exactly_where_rows_are_equal():
     w0 = kern.White(1.0, active_dims=(1,))
     assert float(w0(X[:1], X[1:2])[0, 0]) == 1.0
     np.testing.assert_array_equal(np.asarray(w.diag(X)), np.full(4, 0.5, np.float32))
+
+
+# ---------------------------------------------------------------------- construction
+
+# Every kernel class with parameters: its constructor fields in order with their
+# defaults, and positional arguments for all of them (``active_dims`` as an int, list or
+# tuple, normalised to a tuple). The fields named in STATIC are static pytree data.
+SIGNATURES = [
+    (kern.ExpSquared, {"lengthscale": 1.0, "active_dims": None}, (2.0, 1)),
+    (kern.Matern12, {"lengthscale": 1.0, "active_dims": None}, (0.5, [0, 2])),
+    (kern.Matern32, {"lengthscale": 1.0, "active_dims": None}, (0.7, (2, 0))),
+    (kern.Matern52, {"lengthscale": 1.0, "active_dims": None}, (1.1, -1)),
+    (
+        kern.RationalQuadratic,
+        {"lengthscale": 1.0, "alpha": 1.0, "active_dims": None},
+        (0.9, 1.7, [2]),
+    ),
+    (kern.Periodic, {"lengthscale": 1.0, "period": 1.0, "active_dims": None}, (0.8, 1.3, 0)),
+    (kern.Linear, {"variance": 1.0, "offset": 0.0, "active_dims": None}, (1.3, 0.2, (1,))),
+    (
+        kern.Polynomial,
+        {"degree": 2, "variance": 1.0, "offset": 1.0, "active_dims": None},
+        (3, 0.4, 0.8, [0, 1]),
+    ),
+    (kern.White, {"variance": 1.0, "active_dims": None}, (0.3, 2)),
+    (kern.Constant, {"value": 1.0}, (2.5,)),
+]
+SIGNATURE_PARAMS = [pytest.param(*c, id=c[0].__name__) for c in SIGNATURES]
+STATIC = {"active_dims", "degree"}
+WITH_ACTIVE_DIMS = [c[0] for c in SIGNATURES if "active_dims" in c[1]]
+
+
+def _normalized(name, value):
+    if name != "active_dims":
+        return value
+    return (value,) if isinstance(value, int) else tuple(value)
+
+
+@pytest.mark.parametrize(("cls", "defaults", "args"), SIGNATURE_PARAMS)
+def test_constructor_signature_and_positional_construction(cls, defaults, args):
+    params = inspect.signature(cls).parameters
+    assert list(params) == list(defaults)
+    assert {n: p.default for n, p in params.items()} == defaults
+    assert all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params.values())
+    assert [f.name for f in dataclasses.fields(cls)] == list(defaults)
+    # defaults, then every field given positionally, in declaration order
+    k = cls()
+    assert {n: getattr(k, n) for n in defaults} == defaults
+    k = cls(*args)
+    expected = {n: _normalized(n, v) for n, v in zip(defaults, args, strict=True)}
+    assert {n: getattr(k, n) for n in defaults} == expected
+    assert (
+        repr(k) == f"{cls.__name__}(" + ", ".join(f"{n}={v!r}" for n, v in expected.items()) + ")"
+    )
+
+
+def test_repr_is_the_dataclass_repr():
+    assert repr(kern.ExpSquared(2.0)) == "ExpSquared(lengthscale=2.0, active_dims=None)"
+    assert (
+        repr(kern.RationalQuadratic(0.5, active_dims=[1]))
+        == "RationalQuadratic(lengthscale=0.5, alpha=1.0, active_dims=(1,))"
+    )
+    assert (
+        repr(kern.Polynomial(3, active_dims=0))
+        == "Polynomial(degree=3, variance=1.0, offset=1.0, active_dims=(0,))"
+    )
+    assert repr(2.0 * kern.White()) == (
+        "Scale(amplitude=2.0, kernel=White(variance=1.0, active_dims=None))"
+    )
+
+
+@pytest.mark.parametrize(("cls", "defaults", "args"), SIGNATURE_PARAMS)
+def test_parameters_are_leaves_and_settings_are_static(cls, defaults, args):
+    k = cls(*args)
+    flat, treedef = jax.tree_util.tree_flatten_with_path(k)
+    data = [n for n in defaults if n not in STATIC]
+    assert [jax.tree_util.keystr(p) for p, _ in flat] == [f".{n}" for n in data]
+    assert [v for _, v in flat] == [getattr(k, n) for n in data]
+    back = jax.tree_util.tree_unflatten(treedef, [v for _, v in flat])
+    assert type(back) is cls
+    assert {n: getattr(back, n) for n in defaults} == {n: getattr(k, n) for n in defaults}
+    # the static fields are part of the tree structure, the leaves are not
+    assert jax.tree_util.tree_structure(cls(*args)) == treedef
+    if "active_dims" in defaults:
+        other = dataclasses.replace(k, active_dims=(5,))
+        assert jax.tree_util.tree_structure(other) != treedef
+    if data:
+        changed = dataclasses.replace(k, **{data[0]: 123.0})
+        assert jax.tree_util.tree_structure(changed) == treedef
+
+
+@pytest.mark.parametrize(("cls", "defaults", "args"), SIGNATURE_PARAMS)
+def test_kernels_are_frozen_and_compare_by_identity(cls, defaults, args):
+    k = cls(*args)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(k, next(iter(defaults)), 9.0)
+    # eq=False: identity equality and hashing, so kernels with array leaves are hashable
+    assert k == k and k != cls(*args)
+    assert hash(k) == hash(k)
+    assert hash(jax.tree_util.tree_map(jnp.asarray, k)) is not None
+
+
+@pytest.mark.parametrize("cls", WITH_ACTIVE_DIMS, ids=lambda c: c.__name__)
+def test_active_dims_are_validated_on_construction(cls):
+    assert cls(active_dims=[1, -1]).active_dims == (1, -1)
+    assert cls(active_dims=np.int64(2)).active_dims == (2,)
+    assert cls(active_dims=np.arange(2)).active_dims == (0, 1)
+    for bad in ("ab", 1.5, [0, True], True, [0.0]):
+        message = f"active_dims must be None or a sequence of column indices; got {bad!r}"
+        with pytest.raises(TypeError) as err:
+            cls(active_dims=bad)
+        assert str(err.value) == message
+    with pytest.raises(ValueError, match=r"at least one column \(or be None for all\)"):
+        cls(active_dims=[])
+
+
+def test_polynomial_checks_its_degree_before_active_dims():
+    with pytest.raises(ValueError, match="Polynomial degree must be a positive integer; got 0"):
+        kern.Polynomial(0, active_dims="ab")
+    assert type(kern.Polynomial(np.int64(2)).degree) is int
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        kern.ExpSquared,
+        kern.Matern12,
+        kern.Matern32,
+        kern.Matern52,
+        kern.RationalQuadratic,
+        kern.Periodic,
+    ],
+)
+def test_stationary_kernels_have_unit_diagonal_and_positive_parameters(cls):
+    X = jnp.asarray(np.random.default_rng(23).normal(size=(4, 3)), jnp.float32)
+    k = cls(active_dims=(2,))
+    d = k.diag(X)
+    assert d.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(d), np.ones(4, np.float32))
+    np.testing.assert_array_equal(np.asarray(d), np.diag(np.asarray(k(X, X))))
+    with pytest.raises(ValueError, match="does not have"):
+        cls(active_dims=(5,)).diag(X)
+    t = k.default_transforms()
+    assert type(t) is cls and t.active_dims == (2,)
+    leaves = jax.tree_util.tree_leaves(t, is_leaf=lambda x: isinstance(x, Positive))
+    assert len(leaves) == len(jax.tree_util.tree_leaves(k))
+    assert all(leaf == Positive() for leaf in leaves)
 
 
 # --------------------------------------------------------------------------- pytrees
