@@ -102,3 +102,27 @@ def make_mesh(jax, spec):
         pr = max(d for d in range(1, int(n**0.5) + 1) if n % d == 0)
         pc = n // pr
     return jax.make_mesh((pr, pc), ("r", "c"))
+
+
+def run(body, doc, script):
+    """Parse the arguments, then launch local processes or run ``body`` in this one.
+
+    With ``--launch N`` the script is re-run as ``N`` local processes; otherwise the
+    simulated devices and the distributed runtime are set up before JAX starts, and
+    ``body`` runs on the process grid given by ``--mesh``.
+
+    Args:
+        body: the example, called as ``body(jax, args, mesh)`` with the ``jax`` module,
+            the parsed arguments and the ``("r", "c")`` mesh over all devices.
+        doc: the example's module docstring; its first line is the ``--help`` description.
+        script: the example's ``__file__``.
+
+    Returns:
+        The exit status: with ``--launch``, the worst of the processes'; otherwise 0.
+    """
+    args = parser(doc.splitlines()[0], script).parse_args()
+    if args.launch:
+        return launch(args, os.path.abspath(script))
+    jax = init(args)
+    body(jax, args, make_mesh(jax, args.mesh))
+    return 0

@@ -13,11 +13,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _launch
 
 
-def main():
-    args = _launch.parser(__doc__.splitlines()[0], __file__).parse_args()
-    if args.launch:
-        return _launch.launch(args, os.path.abspath(__file__))
-    jax = _launch.init(args)
+def example(jax, args, mesh):
+    """Jit a log-likelihood step that donates the matrix, then its gradient.
+
+    Called by ``_launch.run`` (which describes the arguments) once JAX is set up.
+    """
     import math
 
     import jax.numpy as jnp
@@ -27,7 +27,6 @@ def main():
 
     from gpchol import distributed as gd
 
-    mesh = _launch.make_mesh(jax, args.mesh)
     n, T = args.n, args.tile
     sharding = NamedSharding(mesh, P("r", "c"))
     y = jnp.sin(jnp.arange(n) / 10.0)
@@ -53,8 +52,7 @@ def main():
     if jax.process_index() == 0:
         print(f"processes={jax.process_count()} devices={jax.device_count()} mesh={mesh.shape}")
         print(f"status={int(status)} loglik={float(value):.6f} |dlogp/dA|_F={float(gnorm):.6f}")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_launch.run(example, __doc__, __file__))

@@ -14,11 +14,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _launch
 
 
-def main():
-    args = _launch.parser(__doc__.splitlines()[0], __file__).parse_args()
-    if args.launch:
-        return _launch.launch(args, os.path.abspath(__file__))
-    jax = _launch.init(args)
+def example(jax, args, mesh):
+    """Factor, solve and take the log-determinant, then its gradient.
+
+    Called by ``_launch.run`` (which describes the arguments) once JAX is set up.
+    """
     import jax.numpy as jnp
     import numpy as np
     from jax.sharding import NamedSharding
@@ -26,7 +26,6 @@ def main():
 
     from gpchol import distributed as gd
 
-    mesh = _launch.make_mesh(jax, args.mesh)
     n, T = args.n, args.tile
     sharding = NamedSharding(mesh, P("r", "c"))
 
@@ -48,8 +47,7 @@ def main():
         print(f"input donated: {a.is_deleted()}  status={int(status)}  logdet={float(ld):.6f}")
         x0 = np.asarray(x.addressable_data(0))[:3]
         print(f"x[:3]={x0}  <dlogdet/dA, A>={float(check):.6f} (n={n})")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_launch.run(example, __doc__, __file__))

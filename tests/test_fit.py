@@ -143,40 +143,13 @@ def test_restarts_resume_and_best(scale_problem, tmp_path):
 
 def test_resume_false_and_mismatch(scale_problem, tmp_path):
     build, y, _ = scale_problem
-    ck = tmp_path / "m"
-    fit(build, {"s": 1.0}, y, transforms={"s": Positive()}, steps=3, checkpoint=ck, progress=False)
+    kw = dict(transforms={"s": Positive()}, steps=3, checkpoint=tmp_path / "m", progress=False)
+    fit(build, {"s": 1.0}, y, **kw)
     with pytest.raises(ValueError, match="different fit"):
-        fit(
-            build,
-            {"s": 1.0},
-            y,
-            transforms={"s": Positive()},
-            optimizer="adam",
-            steps=3,
-            checkpoint=ck,
-            progress=False,
-        )
+        fit(build, {"s": 1.0}, y, optimizer="adam", **kw)
     with pytest.raises(ValueError, match="does not match"):
-        fit(
-            lambda p: build({"s": p["s"][0]}),
-            {"s": jnp.ones(2)},
-            y,
-            steps=3,
-            transforms={"s": Positive()},
-            checkpoint=ck,
-            progress=False,
-        )
-    res = fit(
-        build,
-        {"s": 1.0},
-        y,
-        transforms={"s": Positive()},
-        optimizer="adam",
-        steps=3,
-        checkpoint=ck,
-        resume=False,
-        progress=False,
-    )
+        fit(lambda p: build({"s": p["s"][0]}), {"s": jnp.ones(2)}, y, **kw)
+    res = fit(build, {"s": 1.0}, y, optimizer="adam", resume=False, **kw)
     assert res.n_steps == 3
 
 

@@ -9,10 +9,9 @@ Entry points, each in three shapes (direct and jitted for you; inside the caller
 * :func:`gaussian_log_likelihood`: a GP marginal likelihood whose covariance tiles are
   built on the devices that own them.
 
-The matrix is sharded as ``NamedSharding(mesh, P(row_axis, col_axis))`` (or with one of
-the two axes ``None``). Inside, it is factored right-looking on a 2D block-cyclic tile
-layout with the panel broadcasts as mesh collectives; no device ever holds the whole
-matrix. Reverse mode is Murray's blocked adjoint on the same tiles.
+The matrix is sharded over two mesh axes, ``NamedSharding(mesh, P(row_axis, col_axis))``
+(or with one of them ``None``), and no device ever holds it whole; :func:`potrf` says how
+it is factored and differentiated, and what sizes it takes.
 
 Simulated CPU devices (``--xla_force_host_platform_device_count``): JAX's CPU ``potrf`` and
 ``trsm`` call SciPy's OpenBLAS, whose own worker threads, with several devices calling it
@@ -21,28 +20,9 @@ at once, oversubscribe the cores; set ``OPENBLAS_NUM_THREADS=1`` before starting
 11 to 67 s without).
 """
 
-from ._api import (
-    logdet,
-    logdet_jit_ctx,
-    logdet_shardmap_ctx,
-    potrf,
-    potrf_jit_ctx,
-    potrf_shardmap_ctx,
-    potrs,
-    potrs_jit_ctx,
-    potrs_shardmap_ctx,
-)
+from . import _api
+from ._api import *  # noqa: F403 (the names in _api.__all__)
 from ._gp import gaussian_log_likelihood
 
-__all__ = [
-    "gaussian_log_likelihood",
-    "logdet",
-    "logdet_jit_ctx",
-    "logdet_shardmap_ctx",
-    "potrf",
-    "potrf_jit_ctx",
-    "potrf_shardmap_ctx",
-    "potrs",
-    "potrs_jit_ctx",
-    "potrs_shardmap_ctx",
-]
+__all__ = ["gaussian_log_likelihood"]
+__all__ += _api.__all__
