@@ -5,8 +5,10 @@ library (see :mod:`benchmarks._common` and :mod:`benchmarks.peers`):
 
 * **speed**: one value-and-gradient step of the exact GP log marginal likelihood with
   respect to (amplitude, lengthscale, noise), ExpSquared + noise, d = 3; median of
-  ``--repeats`` (>= 5) after a warm-up, the libraries *interleaved* round by round so that
-  load from other processes on the machine hits them alike; ratios are within one run;
+  ``--repeats`` (>= 5) after a warm-up, each library in its own fresh process, one after
+  the other (``--interleave``: all in one process, round by round, so that load from
+  other processes hits them alike; but there the libraries slow each other down,
+  scikit-learn most); ratios are within one run;
 * **agreement**: every library's value and gradient against gpchol's (relative, 1e-8),
   and gpchol's against a SciPy reference by the textbook formulas at small n;
 * **memory**: peak resident memory of that step, each library and n in a fresh process
@@ -96,6 +98,11 @@ def child_main(args) -> None:
             step_s=time.perf_counter() - t0,
             peak_rss=max(peak, rec["peak_rss"]),
         )
+    if args.time:
+        # timing: `args.time` more steps, compiled and warm, in this process alone
+        samples = [C.timed(step, C.THETA)[:2] for _ in range(args.time)]
+        rec["times"] = [t for t, _ in samples]
+        rec["cpu"] = [c for _, c in samples]
     if args.xla_memory and adapter.is_jax:
         try:
             ma = step.lower(C.THETA).compile().memory_analysis()
@@ -165,8 +172,38 @@ def agreement_only(sizes, libs) -> list[dict]:
 # ----------------------------------------------------------------------------- speed
 
 
+def measure_speed_isolated(n: int, libs, repeats: int):
+    """Each library timed in its own fresh process, one after the other.
+
+    A child builds the step, runs it twice (compile + warm, the second also measures
+    memory), then times ``repeats`` more steps. This is the default: in one process the
+    libraries disturb each other (measured on the 2-core VM, n = 4000: scikit-learn's step
+    2.7-2.9 s alone, 3.3 s interleaved with gpchol, 3.9-4.9 s interleaved with the JAX
+    peers; the JAX steps barely move), which would flatter gpchol against scikit-learn.
+    Returns ``(times, cpu, values)`` like :func:`measure_speed`.
+    """
+    times, cpu, values = {}, {}, {}
+    rot = n // 1000 % max(len(libs), 1)
+    for lib in libs[rot:] + libs[:rot]:  # rotate who goes first from one n to the next
+        rec = C.run_child(["--lib", lib, "--n", str(n), "--time", str(repeats)], 3600)
+        if rec.get("status") != "ok" or not rec.get("times"):
+            log(f"  SKIP {lib} at n={n}: {rec.get('status')}")
+            continue
+        times[lib], cpu[lib] = rec["times"], rec["cpu"]
+        values[lib] = (rec["value"], np.asarray(rec["grad"]))
+    order = [lib for lib in libs if lib in times]  # report in the requested order
+    return (
+        {lib: times[lib] for lib in order},
+        {lib: cpu[lib] for lib in order},
+        values,
+    )
+
+
 def measure_speed(n: int, libs, repeats: int):
-    """Interleaved timing of every library at one n. Returns (times, values)."""
+    """Interleaved timing of every library at one n, in this process (``--interleave``).
+
+    Returns ``(times, cpu, values)``.
+    """
     X, y = C.problem(n)
     steps, values = {}, {}
     times, cpu = {lib: [] for lib in libs}, {lib: [] for lib in libs}
@@ -373,8 +410,14 @@ def render_markdown(res: dict) -> str:
     L.append("- versions: " + ", ".join(f"{k} {x}" for k, x in v.items() if x))
     L.append(
         f"- command: `{m['command']}`; float64; median of {res['repeats']} after a "
-        "warm-up, libraries interleaved; the machine's 2 cores may be shared, so read "
-        "the ratios (same run), not the absolute times"
+        "warm-up, "
+        + (
+            "libraries interleaved in one process"
+            if res.get("interleave")
+            else "each library in its own fresh process"
+        )
+        + "; the machine's 2 cores may be shared, so read the ratios (same run), not "
+        "the absolute times"
     )
     L.append(
         "- problem: ExpSquared + noise, d = 3, value and gradient of the exact log "
@@ -552,6 +595,12 @@ def main(argv=None) -> int:
         help="every library on one thread (for a machine loaded by other jobs)",
     )
     p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="time all libraries in this one process, round by round (default: a fresh "
+        "process per library; in one process they slow each other down)",
+    )
+    p.add_argument(
         "--no-suites", action="store_true", help="do not run the other benchmarks/*.py scripts"
     )
     p.add_argument("--scale", action="store_true", help="search the largest n (full mode only)")
@@ -583,6 +632,7 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, help=argparse.SUPPRESS)
     p.add_argument("--xla-memory", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--time", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     if args.child:
@@ -641,6 +691,7 @@ def main(argv=None) -> int:
         "speed": {},
         "cpu": {},
         "single_thread": args.single_thread,
+        "interleave": args.interleave,
         "speed_raw": {},
         "agreement": [],
         "memory": [],
@@ -649,11 +700,13 @@ def main(argv=None) -> int:
     }
     log(
         f"gpchol benchmark suite: {res['machine']['processor']}, {res['machine']['cpus']} CPUs;"
-        f" libraries: {', '.join(libs)}; n = {sizes}; median of {repeats}, interleaved"
+        f" libraries: {', '.join(libs)}; n = {sizes}; median of {repeats}, "
+        + ("interleaved in one process" if args.interleave else "a fresh process per library")
     )
     t_all = time.perf_counter()
     for n in [] if args.no_speed else sizes:
-        times, cpu, values = measure_speed(n, libs, repeats)
+        measure = measure_speed if args.interleave else measure_speed_isolated
+        times, cpu, values = measure(n, libs, repeats)
         res["speed"][n], res["cpu"][n] = times, cpu
         for what, tt in (("wall", times), ("CPU ", cpu)):
             g = C.median(tt.get(_ref(tt), [float("nan")]))
