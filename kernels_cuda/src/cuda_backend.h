@@ -211,6 +211,11 @@ class CudaBackend {
     if (s != CUSOLVER_STATUS_SUCCESS) {
       return Status::Error("cusolverDnXpotrf failed: " + cusolver_message(s));
     }
+    // The host workspace (normally none for potrf) belongs to this backend object, which
+    // dies when the handler returns: cuSOLVER's queued work must be done with it first.
+    if (ws_host_need_ > 0) {
+      GPCHOL_RETURN_IF_ERROR(check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+    }
     return Status::Ok();
   }
 
@@ -318,9 +323,12 @@ class CudaBackend {
                            " bytes of shared memory per block; this device allows " +
                            std::to_string(max_optin));
     }
-    return check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(bytes)),
-                      "cudaFuncSetAttribute");
+    // The limit is per kernel and process-wide: raise it to the device's maximum (not to
+    // this call's size), so that a concurrent call for a smaller n can never lower it
+    // between another thread's opt-in and its launch.
+    return check_cuda(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_optin),
+        "cudaFuncSetAttribute");
   }
 
   cudaStream_t stream_;
