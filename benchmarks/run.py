@@ -172,7 +172,7 @@ def agreement_only(sizes, libs) -> list[dict]:
 # ----------------------------------------------------------------------------- speed
 
 
-def measure_speed_isolated(n: int, libs, repeats: int):
+def measure_speed_isolated(n: int, libs, repeats: int, first: int = 0):
     """Each library timed in its own fresh process, one after the other.
 
     A child builds the step, runs it twice (compile + warm, the second also measures
@@ -180,11 +180,12 @@ def measure_speed_isolated(n: int, libs, repeats: int):
     libraries disturb each other (measured on the 2-core VM, n = 4000: scikit-learn's step
     2.7-2.9 s alone, 3.3 s interleaved with gpchol, 3.9-4.9 s interleaved with the JAX
     peers; the JAX steps barely move), which would flatter gpchol against scikit-learn.
-    Returns ``(times, cpu, values)`` like :func:`measure_speed`.
+    ``first``: index into ``libs`` of the library that runs first. Returns ``(times, cpu,
+    values)`` like :func:`measure_speed`, each in the order of ``libs``.
     """
     times, cpu, values = {}, {}, {}
-    rot = n // 1000 % max(len(libs), 1)
-    for lib in libs[rot:] + libs[:rot]:  # rotate who goes first from one n to the next
+    rot = first % max(len(libs), 1)
+    for lib in libs[rot:] + libs[:rot]:  # who goes first rotates from one n to the next
         rec = C.run_child(["--lib", lib, "--n", str(n), "--time", str(repeats)], 3600)
         if rec.get("status") != "ok" or not rec.get("times"):
             log(f"  SKIP {lib} at n={n}: {rec.get('status')}")
@@ -195,7 +196,7 @@ def measure_speed_isolated(n: int, libs, repeats: int):
     return (
         {lib: times[lib] for lib in order},
         {lib: cpu[lib] for lib in order},
-        values,
+        {lib: values[lib] for lib in order},
     )
 
 
@@ -413,7 +414,7 @@ def render_markdown(res: dict) -> str:
         "warm-up, "
         + (
             "libraries interleaved in one process"
-            if res.get("interleave")
+            if res.get("interleave", True)  # results written before the option: interleaved
             else "each library in its own fresh process"
         )
         + "; the machine's 2 cores may be shared, so read the ratios (same run), not "
@@ -705,8 +706,10 @@ def main(argv=None) -> int:
     )
     t_all = time.perf_counter()
     for n in [] if args.no_speed else sizes:
-        measure = measure_speed if args.interleave else measure_speed_isolated
-        times, cpu, values = measure(n, libs, repeats)
+        if args.interleave:
+            times, cpu, values = measure_speed(n, libs, repeats)
+        else:
+            times, cpu, values = measure_speed_isolated(n, libs, repeats, sizes.index(n))
         res["speed"][n], res["cpu"][n] = times, cpu
         for what, tt in (("wall", times), ("CPU ", cpu)):
             g = C.median(tt.get(_ref(tt), [float("nan")]))

@@ -289,24 +289,29 @@ def _np_first_bad_pivot(m, nb):
     return 0
 
 
-def _host_pivot_search(a, nb):
+def _host_pivot_search(a, nb, failed):
     """Exact first failing pivot of each matrix in ``a``, computed on the host (slow path).
 
-    Called through ``jax.pure_callback`` only when XLA's factorization failed, so that the
-    search adds no device memory or compile time to the factorization itself.
+    Called through ``jax.pure_callback`` only when a factorization failed, so that the
+    search adds no device memory or compile time to the factorization itself. ``failed``
+    (``a.shape[:-2]`` booleans) says which matrices to search; the others get 0 without
+    any work (under ``vmap`` the call's ``lax.cond`` becomes a ``select`` and runs for
+    every batch element).
     """
 
-    def search(x):
-        x = np.asarray(x)
+    def search(x, f):
+        x, f = np.asarray(x), np.broadcast_to(np.asarray(f), x.shape[:-2])
         out = np.zeros(x.shape[:-2], np.int32)
         for idx in np.ndindex(out.shape):
-            out[idx] = _np_first_bad_pivot(x[idx], nb)
+            if f[idx]:
+                out[idx] = _np_first_bad_pivot(x[idx], nb)
         return out
 
     return jax.pure_callback(
         search,
         jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32),
         a,
+        failed,
         vmap_method="expand_dims",
     )
 
@@ -321,7 +326,7 @@ def _potrf_xla(a, nb):
     failed = ~jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
     status = lax.cond(
         jnp.any(failed),
-        lambda x: _host_pivot_search(x, nb),
+        lambda x: _host_pivot_search(x, nb, failed),
         lambda x: jnp.zeros(x.shape[:-2], jnp.int32),
         a,
     )

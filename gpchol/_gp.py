@@ -141,12 +141,19 @@ def _lean_factor(K, rebuild, backend, nb):
         return _chol(K, backend, nb)
     L = jax.lax.linalg.cholesky(K, symmetrize_input=False)
     failed = ~jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+    return L, _exact_status(failed, rebuild, nb)
+
+
+def _exact_status(failed, rebuild, nb):
+    """The exact first failing pivot where ``failed`` (0 elsewhere), searched on the host
+    in the matrix ``rebuild()`` gives, so that every path reports the status that
+    :func:`gpchol.cholesky_with_status` (and ``GaussianProcess.factor``) reports."""
     status = jax.lax.cond(
         jnp.any(failed),
-        lambda: _host_pivot_search(rebuild(), nb),
-        lambda: jnp.zeros(K.shape[:-2], jnp.int32),
+        lambda: _host_pivot_search(rebuild(), nb, failed),
+        lambda: jnp.zeros(failed.shape, jnp.int32),
     )
-    return L, jnp.where(failed, jnp.maximum(status, 1), 0).astype(jnp.int32)
+    return jnp.where(failed, jnp.maximum(status, 1), 0).astype(jnp.int32)
 
 
 def _is_zero(z):
@@ -200,8 +207,9 @@ def _lean_forward(gp, r, backend, nb, jitter):
 
     On the CPU (XLA backend) one host call factors and solves with LAPACK
     (:func:`gpchol._host_lapack.chol_solve_cpu`): the factor comes back row-major, ready
-    for ``potri``, with LAPACK's own pivot as status. Elsewhere ``K`` is factored in place
-    by XLA (:func:`_lean_factor`) and the solves use the factor as it is laid out.
+    for ``potri``. Elsewhere ``K`` is factored in place by XLA (:func:`_lean_factor`) and
+    the solves use the factor as it is laid out. On failure both search the exact pivot
+    in a rebuilt ``K`` (:func:`_exact_status`), the status ``factor()`` reports.
 
     ``jitter``: ``None`` or a schedule ``(j0, j1, ...)``: ``K + j I`` is tried for each
     ``j`` in order until one factors (a ``lax.cond`` per retry: a retry rebuilds ``K``
@@ -215,8 +223,9 @@ def _lean_forward(gp, r, backend, nb, jitter):
         value, alpha = _lean_value(r, L)
         return L, value, alpha, status
 
-    def host(K, r):
-        L, alpha, quad, logdet, status = chol_solve_cpu(K, r)
+    def host(K, r, j):
+        L, alpha, quad, logdet, info = chol_solve_cpu(K, r)
+        status = _exact_status(info != 0, lambda: _gp_cov(gp, dtype, j), nb)
         return L, -0.5 * (quad + logdet + n * _LOG_2PI), alpha, status
 
     def attempt(j):
@@ -224,7 +233,12 @@ def _lean_forward(gp, r, backend, nb, jitter):
         if backend != "xla" or n < HOST_MIN_N or dtype not in (jnp.float32, jnp.float64):
             out = device(K, r, j)
         else:
-            out = jax.lax.platform_dependent(K, r, cpu=host, default=lambda K, r: device(K, r, j))
+            out = jax.lax.platform_dependent(
+                K,
+                r,
+                cpu=lambda K, r: host(K, r, j),
+                default=lambda K, r: device(K, r, j),
+            )
         return (*out, jnp.asarray(j, dtype))
 
     schedule = jitter or (0.0,)

@@ -232,6 +232,30 @@ def test_jitter_in_the_lean_core(rng, n, jitter, kept):
     assert int(bare.log_marginal_likelihood_with_status(y)[1]) == 2
 
 
+def test_status_agrees_with_factor_when_every_jitter_fails(rng):
+    """n >= 128 on the CPU (host LAPACK path), float32, every jitter too small: the
+    likelihood reports the same pivot as ``factor()`` (the exact search), also under vmap
+    with one failing and one positive-definite GP."""
+    n = 200
+    X = np.repeat(rng.uniform(-2, 2, (n // 2, 2)), 2, axis=0).astype(np.float32)
+    y = np.sin(X[:, 0]).astype(np.float32)
+    gp = GaussianProcess(
+        kernels.ExpSquared(np.float32(1.0)), X, noise=np.float32(0.0), jitter=(0.0, 1e-30, 1e-6)
+    )
+    v, status = jax.jit(lambda g: g.log_marginal_likelihood_with_status(y))(gp)
+    assert np.isnan(float(v)) and int(status) >= 1
+    assert int(status) == int(gp.factor()[1])
+
+    def lml(noise):
+        g = GaussianProcess(kernels.ExpSquared(np.float32(1.0)), X, noise=noise)
+        return g.log_marginal_likelihood_with_status(y)
+
+    v2, s2 = jax.jit(jax.vmap(lml))(jnp.array([0.0, 0.5], jnp.float32))
+    assert np.isnan(float(v2[0])) and int(s2[0]) >= 1 and int(s2[1]) == 0
+    ok = GaussianProcess(kernels.ExpSquared(np.float32(1.0)), X, noise=np.float32(0.5))
+    np.testing.assert_allclose(float(v2[1]), float(ok.log_marginal_likelihood(y)), rtol=1e-5)
+
+
 # ------------------------------------------------------------------------- posterior
 
 
