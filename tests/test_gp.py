@@ -235,13 +235,19 @@ def test_jitter_in_the_lean_core(rng, n, jitter, kept):
 def test_status_agrees_with_factor_when_every_jitter_fails(rng):
     """n >= 128 on the CPU (host LAPACK path), float32, every jitter too small: the
     likelihood reports the same pivot as ``factor()`` (the exact search), also under vmap
-    with one failing and one positive-definite GP."""
+    with one failing and one positive-definite GP.
+
+    Each input twice and no noise: K is singular, and in float32 ``1 + 1e-9 == 1``, so
+    each attempt factors the same K; where rounding makes its first failing pivot differ
+    between LAPACK and the search, only the search's is reported."""
     n = 200
     X = np.repeat(rng.uniform(-2, 2, (n // 2, 2)), 2, axis=0).astype(np.float32)
     y = np.sin(X[:, 0]).astype(np.float32)
     gp = GaussianProcess(
-        kernels.ExpSquared(np.float32(1.0)), X, noise=np.float32(0.0), jitter=(0.0, 1e-30, 1e-6)
+        kernels.ExpSquared(np.float32(1.0)), X, noise=np.float32(0.0), jitter=(0.0, 1e-30, 1e-9)
     )
+    d = np.diagonal(np.asarray(gp.covariance_matrix()))
+    assert np.array_equal(d + np.float32(1e-9), d)
     v, status = jax.jit(lambda g: g.log_marginal_likelihood_with_status(y))(gp)
     assert np.isnan(float(v)) and int(status) >= 1
     assert int(status) == int(gp.factor()[1])
