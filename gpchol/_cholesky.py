@@ -316,6 +316,22 @@ def _host_pivot_search(a, nb, failed):
     )
 
 
+def _exact_status(failed, rebuild, nb):
+    """LAPACK-style status: the exact first failing pivot where ``failed`` (0 elsewhere).
+
+    The pivot is searched on the host (:func:`_host_pivot_search`) in the matrices
+    ``rebuild()`` returns, only when some element failed; ``rebuild`` lets a caller that
+    factored its matrix in place recompute it for this rare case instead of keeping it.
+    Every factorization path reports its status through here, so they all agree.
+    """
+    status = lax.cond(
+        jnp.any(failed),
+        lambda: _host_pivot_search(rebuild(), nb, failed),
+        lambda: jnp.zeros(failed.shape, jnp.int32),
+    )
+    return jnp.where(failed, jnp.maximum(status, 1), 0).astype(jnp.int32)
+
+
 def _potrf_xla(a, nb):
     """``jax.lax.linalg.cholesky`` (LAPACK on CPU, cuSOLVER on GPU), with exact status.
 
@@ -324,13 +340,7 @@ def _potrf_xla(a, nb):
     """
     L = lax.linalg.cholesky(a, symmetrize_input=False)
     failed = ~jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
-    status = lax.cond(
-        jnp.any(failed),
-        lambda x: _host_pivot_search(x, nb, failed),
-        lambda x: jnp.zeros(x.shape[:-2], jnp.int32),
-        a,
-    )
-    status = jnp.where(failed, jnp.maximum(status, 1), 0).astype(jnp.int32)
+    status = _exact_status(failed, lambda: a, nb)
     # XLA's failed factor is NaN in its lower triangle only; make the whole matrix NaN,
     # like the other backends.
     return _nan_where_failed(L, status), status

@@ -44,7 +44,7 @@ import numpy as np
 
 from ._cholesky import (
     _chol,
-    _host_pivot_search,
+    _exact_status,
     _normalize_jitter,
     _raise_if_failed,
     cholesky_with_status,
@@ -144,18 +144,6 @@ def _lean_factor(K, rebuild, backend, nb):
     return L, _exact_status(failed, rebuild, nb)
 
 
-def _exact_status(failed, rebuild, nb):
-    """The exact first failing pivot where ``failed`` (0 elsewhere), searched on the host
-    in the matrix ``rebuild()`` gives, so that every path reports the status that
-    :func:`gpchol.cholesky_with_status` (and ``GaussianProcess.factor``) reports."""
-    status = jax.lax.cond(
-        jnp.any(failed),
-        lambda: _host_pivot_search(rebuild(), nb, failed),
-        lambda: jnp.zeros(failed.shape, jnp.int32),
-    )
-    return jnp.where(failed, jnp.maximum(status, 1), 0).astype(jnp.int32)
-
-
 def _is_zero(z):
     return isinstance(z, jax.custom_derivatives.SymbolicZero)
 
@@ -203,13 +191,13 @@ def _blocked_contraction(gp, gp_dot, W_rows, dtype):
 
 
 def _lean_forward(gp, r, backend, nb, jitter):
-    """``(L, value, alpha, status, jitter_used)`` of the GP's covariance, ``K`` not kept.
+    """``(L, value, alpha, status)`` of the GP's covariance, ``K`` not kept.
 
     On the CPU (XLA backend) one host call factors and solves with LAPACK
     (:func:`gpchol._host_lapack.chol_solve_cpu`): the factor comes back row-major, ready
     for ``potri``. Elsewhere ``K`` is factored in place by XLA (:func:`_lean_factor`) and
     the solves use the factor as it is laid out. On failure both search the exact pivot
-    in a rebuilt ``K`` (:func:`_exact_status`), the status ``factor()`` reports.
+    in a rebuilt ``K`` (:func:`gpchol._cholesky._exact_status`), as ``factor()`` does.
 
     ``jitter``: ``None`` or a schedule ``(j0, j1, ...)``: ``K + j I`` is tried for each
     ``j`` in order until one factors (a ``lax.cond`` per retry: a retry rebuilds ``K``
@@ -239,7 +227,7 @@ def _lean_forward(gp, r, backend, nb, jitter):
                 cpu=lambda K, r: host(K, r, j),
                 default=lambda K, r: device(K, r, j),
             )
-        return (*out, jnp.asarray(j, dtype))
+        return out
 
     schedule = jitter or (0.0,)
     out = attempt(schedule[0])
@@ -269,14 +257,14 @@ def _lml_lean(gp, r, backend, nb, jitter):
       mode the kernel is re-evaluated block by block and contracted with ``W``'s rows
       instead of its intermediates being stored.
     """
-    _, value, _, status, _ = _lean_forward(gp, r, backend, nb, jitter)
+    _, value, _, status = _lean_forward(gp, r, backend, nb, jitter)
     return jnp.where(status == 0, value, jnp.nan), status
 
 
 def _lml_lean_jvp(backend, nb, jitter, primals, tangents):
     gp, r = primals
     gp_dot, r_dot = tangents
-    L, value, alpha, status, _ = _lean_forward(gp, r, backend, nb, jitter)
+    L, value, alpha, status = _lean_forward(gp, r, backend, nb, jitter)
     out = jnp.zeros_like(value)
     if not _is_zero(r_dot):
         out = out - jnp.sum(alpha * r_dot, axis=-1)

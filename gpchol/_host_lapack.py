@@ -202,9 +202,8 @@ def _chol_solve_host(K, r):
 def _chol_solve_buffers(ctx, out, K, r):
     """``buffer_callback`` form: ``out[0]`` is ``K``'s own buffer (aliased), in place."""
     del ctx, K
-    _chol_solve_into(
-        *(np.asarray(b) for b in out[:1]), np.asarray(r), *(np.asarray(b) for b in out[1:])
-    )
+    L, *results = (np.asarray(b) for b in out)
+    _chol_solve_into(L, np.asarray(r), *results)
 
 
 def chol_solve_cpu(K, r):
