@@ -35,7 +35,7 @@ def main(argv=None) -> int:
 
     jax.config.update("jax_enable_x64", True)
     from gpchol import kernels
-    from gpchol._gp import GaussianProcess
+    from gpchol._gp.model import GaussianProcess
 
     def params(u):
         return jnp.exp(u[0]), jnp.exp(u[1]), jnp.exp(u[2])

@@ -5,10 +5,10 @@ Two subcommands:
 ``run``
     Times, on the default GPU, for float64 and float32:
 
-    * forward, n = 4096 / 16384 / 32768: ``gpchol._ffi.potrf`` (cuSOLVER per matrix, and
+    * forward, n = 4096 / 16384 / 32768: ``gpchol._cuda.ffi.potrf`` (cuSOLVER per matrix, and
       gpchol's tiled algorithm) against ``jnp.linalg.cholesky`` (and
       ``lax.linalg.cholesky`` without its symmetrization);
-    * reverse pass: ``gpchol._ffi.potrf_adjoint`` over our forward;
+    * reverse pass: ``gpchol._cuda.ffi.potrf_adjoint`` over our forward;
     * value-and-gradient (wrt K) of a Gaussian log-likelihood, gpchol's kernels against
       JAX's default rules (and through ``gpchol.cholesky(backend="cuda")``);
     * batched n = 32 / 64, batch 10,000: forward + gradient against XLA's batched path.
@@ -104,12 +104,12 @@ class Recorder:
 
 
 def make_ops(fake_ffi: bool):
-    """(potrf, potrf_adjoint) of gpchol._ffi, or JAX stand-ins for --fake-ffi."""
+    """(potrf, potrf_adjoint) of gpchol._cuda.ffi, or JAX stand-ins for --fake-ffi."""
     import jax
     import jax.numpy as jnp
 
     if not fake_ffi:
-        from gpchol import _ffi
+        from gpchol._cuda import ffi as _ffi
 
         return _ffi.potrf, _ffi.potrf_adjoint
 
@@ -412,7 +412,7 @@ def cmd_run(args) -> int:
         meta["backend"] = jax.default_backend()
         meta["devices"] = [str(d) for d in jax.devices()]
         if not args.fake_ffi:
-            from gpchol import _ffi
+            from gpchol._cuda import ffi as _ffi
 
             reason = _ffi.cuda_unavailable_reason()
             meta["cuda_unavailable_reason"] = reason
@@ -555,7 +555,7 @@ def _environment() -> dict:
     except Exception as err:
         env["jax_error"] = str(err)
     try:
-        from gpchol import _ffi
+        from gpchol._cuda import ffi as _ffi
 
         env["gpchol_cuda"] = _ffi.build_info()
     except Exception as err:

@@ -36,7 +36,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import gpchol  # noqa: E402
-from gpchol._cholesky import _chol_adjoint, default_tile_size  # noqa: E402
+from gpchol._linalg.cholesky import _chol_adjoint, default_tile_size  # noqa: E402
 
 
 def median_time(fn, *args, repeats=5):

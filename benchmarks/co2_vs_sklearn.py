@@ -27,9 +27,9 @@ def _gpchol(steps: int):
 
     jax.config.update("jax_enable_x64", True)
     from gpchol import datasets
-    from gpchol._fit import fit
-    from gpchol._gp import GaussianProcess
-    from gpchol._kernel_spec import ModelSpec
+    from gpchol._fit.driver import fit
+    from gpchol._gp.model import GaussianProcess
+    from gpchol.cli.spec import ModelSpec
 
     data = datasets.load("co2", monthly=True)
     X, y = np.asarray(data.X), np.asarray(data.y)

@@ -108,11 +108,11 @@ class GpcholAdapter(_JaxAdapter):
 class GpcholGPAdapter(_JaxAdapter):
     name = "gpchol-gp"
     label = "gpchol (GaussianProcess)"
-    requires = ("gpchol._gp",)
+    requires = ("gpchol._gp.model",)
 
     def logp(self, theta, X, y):
         from gpchol import kernels
-        from gpchol._gp import GaussianProcess
+        from gpchol._gp.model import GaussianProcess
 
         gp = GaussianProcess(a_kernel(kernels, theta), X, noise=theta[2])
         return gp.log_marginal_likelihood(y)

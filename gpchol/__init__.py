@@ -4,14 +4,9 @@ The public API is flat: everything a user needs is named here; ``gpchol.kernels`
 ``gpchol.means`` and ``gpchol.datasets`` are public submodules.
 """
 
-from . import datasets, kernels, means
-from ._cholesky import cholesky, cholesky_with_status
-from ._errors import NotPositiveDefiniteError
-from ._fit import FitResult, fit
-from ._gp import GaussianProcess, Posterior
-from ._means import as_mean
-from ._solve import cho_inverse, cho_solve, logdet, mvn_logpdf, solve_triangular
-from ._transforms import (
+from gpchol import datasets, kernels, means
+from gpchol._base.errors import NotPositiveDefiniteError
+from gpchol._base.transforms import (
     Bounded,
     Identity,
     Positive,
@@ -19,6 +14,11 @@ from ._transforms import (
     to_constrained,
     to_unconstrained,
 )
+from gpchol._fit import FitResult, fit
+from gpchol._gp import GaussianProcess, Posterior
+from gpchol._linalg.cholesky import cholesky, cholesky_with_status
+from gpchol._linalg.solve import cho_inverse, cho_solve, logdet, mvn_logpdf, solve_triangular
+from gpchol.means import as_mean
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,7 @@
 """Build gpchol's CUDA kernels: ``python -m gpchol.build``.
 
 Compiles ``kernels_cuda/src/*.cu`` with nvcc into ``gpchol/_lib/libgpchol_cuda.so``, where
-:mod:`gpchol._ffi` finds it. Needs:
+:mod:`gpchol._cuda.ffi` finds it. Needs:
 
 * ``nvcc`` (CUDA 12.x or 13.x; found through ``--nvcc``, ``$CUDACXX``, ``$PATH``,
   ``$CUDA_HOME/bin`` or ``/usr/local/cuda/bin``);
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m gpchol.build",
         description=(
             "Compile gpchol's CUDA kernels (kernels_cuda/) into the shared library that "
-            "gpchol._ffi loads. Needs nvcc and the nvidia-cublas / nvidia-cusolver wheels."
+            "gpchol._cuda.ffi loads. Needs nvcc and the nvidia-cublas / nvidia-cusolver wheels."
         ),
     )
     parser.add_argument(

@@ -62,7 +62,8 @@ from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import lazy_property, validate_sample
 
-from ._cholesky import (
+from gpchol._base.validate import as_inputs
+from gpchol._linalg.cholesky import (
     _array_platform,
     _chol,
     _linear_chol_tangent,
@@ -70,9 +71,8 @@ from ._cholesky import (
     _prepare,
     _symmetrize,
 )
-from ._means import as_mean
-from ._solve import _mvn_value, _whole_tangent, cho_inverse, solve_triangular
-from ._validate import as_inputs
+from gpchol._linalg.solve import _mvn_value, _whole_tangent, cho_inverse, solve_triangular
+from gpchol.means import as_mean
 
 __all__ = ["GaussianProcessMarginal", "MultivariateNormal", "latent_gp"]
 
@@ -109,7 +109,7 @@ def _guarded_chol_jvp(backend, nb, primals, tangents):
     Ls, ok = _guarded_chol(a, backend, nb)
     a_dot = _mask(ok, a_dot, 0.0)
 
-    # The same linear map gpchol's own Cholesky rule attaches (see gpchol._cholesky).
+    # The same linear map gpchol's own Cholesky rule attaches (see gpchol._linalg.cholesky).
     L_dot = _linear_chol_tangent(Ls, a_dot, backend, nb)
     L_dot = _mask(ok, L_dot, 0.0)
     return (Ls, ok), (L_dot, np.zeros(ok.shape, jax.dtypes.float0))

@@ -7,9 +7,9 @@ Three groups:
 * emulation (always run, needs g++): the exact host drivers and shared-memory kernel bodies
   of ``kernels_cuda`` compiled for the CPU (``kernels_cuda/emulation``), with cuBLAS and
   cuSOLVER replaced by reference loops, against float64 NumPy references;
-* GPU (marked ``gpu``, skipped unless ``gpchol._ffi.cuda_unavailable_reason()`` is None):
+* GPU (marked ``gpu``, skipped unless ``gpchol._cuda.ffi.cuda_unavailable_reason()`` is None):
   every kernel, forward and gradient, against float64 NumPy references and against
-  ``jnp.linalg.cholesky`` on the same GPU, directly through ``gpchol._ffi`` and through
+  ``jnp.linalg.cholesky`` on the same GPU, directly through ``gpchol._cuda.ffi`` and through
   ``gpchol.cholesky(..., backend="cuda")``.
 
 Inputs are fresh random matrices on every run (the seed is in each failure message);
@@ -32,7 +32,8 @@ import numpy as np
 import pytest
 from scipy.linalg import solve_triangular
 
-from gpchol import _ffi, build
+from gpchol import build
+from gpchol._cuda import ffi as _ffi
 
 REPO = Path(__file__).resolve().parents[1]
 EMULATION_SOURCE = REPO / "kernels_cuda" / "emulation" / "emulate.cpp"
@@ -180,7 +181,7 @@ def test_reason_for_a_file_that_is_not_a_library(monkeypatch, tmp_path):
 
 def test_import_does_not_load_the_library():
     code = (
-        "import gpchol, gpchol._ffi as f\n"
+        "import gpchol, gpchol._cuda.ffi as f\n"
         "maps = open('/proc/self/maps').read()\n"
         "assert 'libgpchol_cuda' not in maps, 'library mapped at import'\n"
         "assert f._libraries == {} and f._registered is None\n"

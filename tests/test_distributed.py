@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 import gpchol
 from gpchol import distributed as gd
 from gpchol import kernels
-from gpchol.distributed._dispatch import maybe_sharded_cholesky
+from gpchol._routing import maybe_sharded_cholesky
 
 TOL = {np.float32: 2e-4, np.float64: 1e-10}
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from gpchol import Positive, kernels
-from gpchol._fit import FitResult, fit
-from gpchol._gp import GaussianProcess
+from gpchol._fit.driver import FitResult, fit
+from gpchol._gp.model import GaussianProcess
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ def test_atomic_checkpoint_write(scale_problem, tmp_path, monkeypatch):
     fit(build, {"s": 1.0}, y, **kw)
     before = {p: (tmp_path / p).read_bytes() for p in ("a.json", "a.npz")}
 
-    import gpchol._io as io_mod
+    import gpchol._base.io as io_mod
 
     def boom(*a, **k):
         raise OSError("disk full")

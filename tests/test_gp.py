@@ -11,7 +11,7 @@ import pytest
 import scipy.linalg as sla
 
 from gpchol import NotPositiveDefiniteError, kernels
-from gpchol._gp import GaussianProcess, Posterior
+from gpchol._gp.model import GaussianProcess, Posterior
 
 # ------------------------------------------------------------------ NumPy references
 
@@ -177,7 +177,7 @@ def test_lean_core_matches_jax_default_rules(rng, n):
 
 def test_lean_core_failure_and_float32(rng):
     """n >= 128 on the CPU: LAPACK's own pivot as status, NaN value; float32 works."""
-    from gpchol._cholesky import _np_first_bad_pivot
+    from gpchol._linalg.cholesky import _np_first_bad_pivot
 
     n = 150
     X = rng.uniform(-2, 2, (n, 2))

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-import gpchol._kernels
 import gpchol.kernels
+import gpchol.kernels._library
 from gpchol import kernels as kern
-from gpchol._transforms import Positive, to_constrained, to_unconstrained
+from gpchol._base.transforms import Positive, to_constrained, to_unconstrained
 
 
 @pytest.fixture
@@ -824,7 +824,9 @@ def test_mixed_input_dtypes_promote(x64):
 # ---------------------------------------------------------------------------- docs
 
 
-@pytest.mark.parametrize("module", [gpchol._kernels, gpchol.kernels], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module", [gpchol.kernels._library, gpchol.kernels], ids=lambda m: m.__name__
+)
 def test_docstring_examples_run(module):
     # the examples show the default configuration (float32; the test session has x64)
     with jax.enable_x64(False):
@@ -834,7 +836,7 @@ def test_docstring_examples_run(module):
 
 
 def test_public_names():
-    assert set(gpchol.kernels.__all__) == set(gpchol._kernels.__all__)
+    assert set(gpchol.kernels.__all__) == set(gpchol.kernels._library.__all__)
     assert kern.RBF is kern.ExpSquared and kern.ExpSineSquared is kern.Periodic
     for name in gpchol.kernels.__all__:
         assert getattr(gpchol.kernels, name).__doc__

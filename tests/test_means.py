@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import gpchol._means
 import gpchol.means
 from gpchol import means
 
@@ -125,7 +124,7 @@ def test_bad_shapes():
         means.Function(3.0)
 
 
-@pytest.mark.parametrize("module", [gpchol._means, gpchol.means], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [gpchol.means, gpchol.means], ids=lambda m: m.__name__)
 def test_docstring_examples_run(module):
     with jax.enable_x64(False):
         result = doctest.testmod(module)

@@ -85,8 +85,8 @@ def test_cho_inverse_grad(rng):
 @pytest.mark.parametrize("batch", [(), (3,)])
 def test_cho_inverse_lapack_and_tiled_agree(rng, dtype, batch):
     """On the CPU n >= HOST_MIN_N takes LAPACK potri; the tiled path must agree with it."""
-    from gpchol._host_lapack import HOST_MIN_N
-    from gpchol._solve import _cho_inverse_tiled
+    from gpchol._linalg.host_lapack import HOST_MIN_N
+    from gpchol._linalg.solve import _cho_inverse_tiled
 
     n = HOST_MIN_N + 37
     a = random_spd(rng, n, batch)
@@ -108,7 +108,7 @@ def test_cho_inverse_lapack_and_tiled_agree(rng, dtype, batch):
 
 def test_cho_inverse_lapack_grads_and_failure(rng):
     """The LAPACK inverse is differentiable to second order; a NaN factor gives NaN."""
-    from gpchol._host_lapack import HOST_MIN_N
+    from gpchol._linalg.host_lapack import HOST_MIN_N
 
     n = HOST_MIN_N
     # well conditioned (cond ~ 3), so that second-order finite differences are accurate
@@ -121,7 +121,7 @@ def test_cho_inverse_lapack_grads_and_failure(rng):
     # inverse just the same
     check_grads(f, (L,), order=2, modes=("fwd", "rev"), eps=1e-5)
     # first and second derivatives equal those of the tiled inverse (JAX autodiff)
-    from gpchol._solve import _cho_inverse_tiled
+    from gpchol._linalg.solve import _cho_inverse_tiled
 
     f_tiled = lambda L: jnp.sum(w * _cho_inverse_tiled(jnp.tril(L), 32))  # noqa: E731
     d = np.tril(rng.standard_normal((n, n)))
@@ -136,7 +136,7 @@ def test_cho_inverse_lapack_grads_and_failure(rng):
 @pytest.mark.parametrize("in_place", [True, False])
 def test_host_lapack_in_place_and_copying_callbacks(rng, monkeypatch, in_place):
     """Both host-call forms (in-place buffer_callback, copying pure_callback) agree."""
-    from gpchol import _host_lapack
+    from gpchol._linalg import host_lapack as _host_lapack
 
     if not in_place:
         monkeypatch.setattr(_host_lapack, "_buffer_callback", None)

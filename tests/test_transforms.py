@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import gpchol._transforms
-from gpchol._transforms import (
+import gpchol._base.transforms
+from gpchol._base.transforms import (
     Bounded,
     Identity,
     Positive,
@@ -201,5 +201,5 @@ def test_structure_mismatch_is_a_clear_error():
 
 def test_docstring_examples_run():
     with jax.enable_x64(False):
-        result = doctest.testmod(gpchol._transforms)
+        result = doctest.testmod(gpchol._base.transforms)
     assert result.attempted > 0 and result.failed == 0

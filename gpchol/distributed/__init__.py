@@ -20,9 +20,9 @@ at once, oversubscribe the cores; set ``OPENBLAS_NUM_THREADS=1`` before starting
 11 to 67 s without).
 """
 
-from . import _api
-from ._api import *  # noqa: F403 (the names in _api.__all__)
-from ._gp import gaussian_log_likelihood
+from gpchol.distributed import _api
+from gpchol.distributed._api import *  # noqa: F403 (the names in _api.__all__)
+from gpchol.distributed._gp import gaussian_log_likelihood
 
 __all__ = ["gaussian_log_likelihood"]
 __all__ += _api.__all__

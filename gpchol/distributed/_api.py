@@ -11,8 +11,8 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .._validate import as_float_array
-from . import _core, _layout, _local
+from gpchol._base.validate import as_float_array
+from gpchol.distributed import _core, _layout, _local
 
 __all__ = [
     "logdet",

@@ -1,7 +1,7 @@
 """The differentiable per-device core and the shard_map bodies of potrf/potrs/logdet.
 
 ``_chol_cyclic(grid, w)`` factors the local block-cyclic block ``w``. Its derivative rules
-use the pattern of :mod:`gpchol._cholesky`: the JVP returns
+use the pattern of :mod:`gpchol._linalg.cholesky`: the JVP returns
 ``lax.custom_linear_solve(matvec, dA, solve=tangent_local, transpose_solve=adjoint_local)``
 so that forward mode runs the tiled tangent map and reverse mode Murray's blocked adjoint,
 both on the same sharded tiles with the same broadcasts; the only residual is ``L``.
@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _layout, _local
-from ._local import Grid
+from gpchol.distributed import _layout, _local
+from gpchol.distributed._local import Grid
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0,))

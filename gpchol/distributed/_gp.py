@@ -20,14 +20,14 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from . import _api, _local
+from gpchol.distributed import _api, _local
 
 __all__ = ["gaussian_log_likelihood"]
 
 
 def _as_kernel_fn(kernel_fn):
     """``(params, X1, X2) -> block`` from a kernel object or such a function."""
-    from .._kernels import Kernel
+    from gpchol.kernels._library import Kernel
 
     if isinstance(kernel_fn, Kernel):
         return _call_kernel

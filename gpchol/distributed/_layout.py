@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._local import Grid, record
+from gpchol.distributed._local import Grid, record
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._cholesky import _chol_rev_symbolic, _first_bad_pivot_unblocked, _mT, _phi, _put, _trsm
+from gpchol._linalg.cholesky import (
+    _chol_rev_symbolic,
+    _first_bad_pivot_unblocked,
+    _mT,
+    _phi,
+    _put,
+    _trsm,
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,8 +21,8 @@ Guarantees:
 
 Example:
     >>> import jax.numpy as jnp
-    >>> from gpchol._fit import fit
-    >>> from gpchol._transforms import Positive
+    >>> from gpchol._fit.driver import fit
+    >>> from gpchol._base.transforms import Positive
     >>> res = fit(lambda p: (p["s"] - 2.0) ** 2, {"s": 1.0}, transforms={"s": Positive()},
     ...           optimizer="lbfgs", steps=50, progress=False)
     >>> round(float(res.params["s"]), 4), res.converged
@@ -44,10 +44,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ._io import file_sha256, load_json, load_npz, save_json_atomic, save_npz_atomic
-from ._kernels import Kernel
-from ._means import Mean
-from ._transforms import to_constrained, to_unconstrained
+from gpchol._base.io import file_sha256, load_json, load_npz, save_json_atomic, save_npz_atomic
+from gpchol._base.transforms import to_constrained, to_unconstrained
+from gpchol.kernels._library import Kernel
+from gpchol.means import Mean
 
 __all__ = ["FitResult", "fit"]
 
@@ -72,7 +72,7 @@ class FitResult:
         optimizer: the optimiser's name.
 
     Example:
-        >>> from gpchol._fit import fit
+        >>> from gpchol._fit.driver import fit
         >>> res = fit(lambda p: (p - 3.0) ** 2, 0.0, optimizer="lbfgs", progress=False)
         >>> round(float(res.params), 3), res.n_steps > 0
         (3.0, True)
@@ -114,7 +114,7 @@ def default_transforms(params: Any) -> Any:
 
     Example:
         >>> from gpchol import kernels
-        >>> from gpchol._fit import default_transforms
+        >>> from gpchol._fit.driver import default_transforms
         >>> t = default_transforms({"k": kernels.ExpSquared(), "noise": 0.1})
         >>> print(t["k"].lengthscale, t["noise"])
         Positive(lower=0.0) None
@@ -301,8 +301,8 @@ def fit(
     Example:
         >>> import jax, jax.numpy as jnp, numpy as np
         >>> from gpchol import kernels, Positive
-        >>> from gpchol._gp import GaussianProcess
-        >>> from gpchol._fit import fit
+        >>> from gpchol._gp.model import GaussianProcess
+        >>> from gpchol._fit.driver import fit
         >>> X = jnp.linspace(0.0, 5.0, 30)
         >>> y = jnp.sin(X) + 0.1 * jnp.asarray(np.random.default_rng(0).normal(size=30))
         >>> def build(p):

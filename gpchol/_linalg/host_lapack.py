@@ -1,7 +1,7 @@
 """``A^-1`` from a Cholesky factor by LAPACK ``potri`` on the host CPU.
 
-On the CPU platform XLA runs gpchol's tiled inverse (:func:`gpchol._solve._trtri_blocked`
-and :func:`gpchol._solve._lauum_lower`) as a chain of slices, GEMMs and triangular solves,
+On the CPU platform XLA runs gpchol's tiled inverse (:func:`gpchol._linalg.solve._trtri_blocked`
+and :func:`gpchol._linalg.solve._lauum_lower`) as a chain of slices, GEMMs and triangular solves,
 each a separate XLA operation with its own copies of the operands. LAPACK's ``potri`` does
 the same arithmetic (``n^3 / 3`` for ``trtri`` plus ``n^3 / 3`` for ``lauum``) in place,
 blocked and multi-threaded: about 2.8x faster at ``n = 4000`` float64 on this project's

@@ -11,7 +11,7 @@ Where the library is looked for, in order:
 3. ``build/libgpchol_cuda.so`` next to the package (``cmake -S kernels_cuda -B build &&
    cmake --build build``).
 
-Contract used by :mod:`gpchol._cholesky` (backend ``"cuda"``):
+Contract used by :mod:`gpchol._linalg` (backend ``"cuda"``):
 
 * :func:`cuda_unavailable_reason` -- ``None`` when the kernels can run, else why not;
 * :func:`potrf` -- ``(L, status)`` of ``(..., n, n)`` matrices (lower triangle read);
@@ -78,8 +78,8 @@ _registered: str | None = None  # path of the library whose targets are register
 
 
 def _default_candidates() -> list[Path]:
-    here = Path(__file__).resolve().parent
-    return [here / "_lib" / LIBRARY_NAME, here.parent / "build" / LIBRARY_NAME]
+    package = Path(__file__).resolve().parent.parent
+    return [package / "_lib" / LIBRARY_NAME, package.parent / "build" / LIBRARY_NAME]
 
 
 def library_path() -> Path | None:

@@ -52,7 +52,7 @@ def _cmd_check(args) -> int:
     import numpy as np
 
     import gpchol
-    from gpchol import _ffi
+    from gpchol._cuda import ffi as _ffi
 
     if args.n < 1:
         raise CLIError(f"--n must be >= 1 (got {args.n}).")
@@ -244,7 +244,7 @@ class _Model:
     def gp(self, params, dtype):
         import jax.numpy as jnp
 
-        from ._gp import GaussianProcess
+        from gpchol._gp.model import GaussianProcess
 
         kernel, noise = self.spec.build(params)
         return GaussianProcess(kernel, jnp.asarray(self.xs(self.X), dtype), noise=noise)
@@ -298,7 +298,7 @@ class _Model:
 
         import numpy as np
 
-        from ._kernel_spec import ModelSpec
+        from gpchol.cli.spec import ModelSpec
 
         if not os.path.exists(path):
             raise CLIError(f"no such model file: {path} (write one with `gpchol fit`)")
@@ -331,13 +331,13 @@ class _Model:
 
 
 def _fit_model(model, args, dtype):
-    """Runs :func:`gpchol._fit.fit` on the model; returns ``(result, lml in raw units)``."""
+    """Runs :func:`gpchol._fit.driver.fit` on the model; returns ``(result, lml in raw units)``."""
     import math
 
     import jax.numpy as jnp
     import numpy as np
 
-    from ._fit import fit
+    from gpchol._fit.driver import fit
 
     ys = jnp.asarray(model.ys(model.y), dtype)
     init = model.spec.init_params()
@@ -443,7 +443,7 @@ def _cmd_fit(args) -> int:
     import jax
     import numpy as np
 
-    from ._kernel_spec import ModelSpec, SpecError
+    from gpchol.cli.spec import ModelSpec, SpecError
 
     t_start = time.perf_counter()
     if args.steps < 0:
@@ -458,7 +458,7 @@ def _cmd_fit(args) -> int:
     if args.csv is None:
         if args.x or args.y or args.kernel:
             raise CLIError("--x, --y and --kernel need --csv FILE")
-        from . import datasets
+        from gpchol import datasets
 
         data = datasets.load("co2", monthly=True)
         X, y = np.asarray(data.X, np.float64), np.asarray(data.y, np.float64)
@@ -526,7 +526,7 @@ def _cmd_fit(args) -> int:
         post = model.gp(params, dtype).condition(model.ys(model.y).astype(dtype))
         _plot(model, post, dtype, png, extrapolate, " years" if spec.spec == "co2" else "")
     info["seconds"] = round(time.perf_counter() - t_start, 2)
-    from ._io import save_json_atomic
+    from gpchol._base.io import save_json_atomic
 
     save_json_atomic(out, model.to_json(params, lml, result, info))
     print(f"wrote {out}" + ("" if args.no_plot else f" and {png}"))
@@ -572,7 +572,7 @@ def _cmd_predict(args) -> int:
             ]
         )
     if args.out:
-        from ._io import _write_bytes_atomic
+        from gpchol._base.io import _write_bytes_atomic
 
         _write_bytes_atomic(args.out, buf.getvalue().encode())
         print(f"wrote {Xs.shape[0]} predictions to {args.out}", file=sys.stderr)
@@ -582,7 +582,7 @@ def _cmd_predict(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ._kernel_spec import KERNEL_NAMES
+    from gpchol.cli.spec import KERNEL_NAMES
 
     parser = argparse.ArgumentParser(
         prog="gpchol",

@@ -22,7 +22,7 @@ by LAPACK ``potri`` on the CPU, the kernel's VJP by blocks of rows), never
 Example:
     >>> import jax, jax.numpy as jnp
     >>> from gpchol import kernels
-    >>> from gpchol._gp import GaussianProcess
+    >>> from gpchol._gp.model import GaussianProcess
     >>> X = jnp.linspace(0.0, 1.0, 5)
     >>> y = jnp.sin(3.0 * X)
     >>> gp = GaussianProcess(kernels.ExpSquared(lengthscale=0.3), X, noise=1e-2)
@@ -42,7 +42,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._cholesky import (
+from gpchol._base.errors import NotPositiveDefiniteError
+from gpchol._base.validate import as_inputs, check_tile_size, is_concrete
+from gpchol._linalg.cholesky import (
     _chol,
     _exact_status,
     _normalize_jitter,
@@ -51,12 +53,10 @@ from ._cholesky import (
     default_tile_size,
     resolve_backend,
 )
-from ._errors import NotPositiveDefiniteError
-from ._host_lapack import HOST_MIN_N, chol_solve_cpu
-from ._kernels import Kernel
-from ._means import Mean, as_mean
-from ._solve import _cho_inverse, _mvn_value, _trsm
-from ._validate import as_inputs, check_tile_size, is_concrete
+from gpchol._linalg.host_lapack import HOST_MIN_N, chol_solve_cpu
+from gpchol._linalg.solve import _cho_inverse, _mvn_value, _trsm
+from gpchol.kernels._library import Kernel
+from gpchol.means import Mean, as_mean
 
 __all__ = ["GaussianProcess", "Posterior"]
 
@@ -135,7 +135,7 @@ def _lean_factor(K, rebuild, backend, nb):
     With the XLA backend the factorization runs in place on ``K`` (LAPACK ``potrf`` with
     its output aliased to its input); on failure the exact pivot is searched on the host
     in a matrix rebuilt by ``rebuild()``, so ``K`` need not be kept for that rare case.
-    Other backends go through :func:`gpchol._cholesky._chol`.
+    Other backends go through :func:`gpchol._linalg.cholesky._chol`.
     """
     if backend != "xla":
         return _chol(K, backend, nb)
@@ -194,10 +194,10 @@ def _lean_forward(gp, r, backend, nb, jitter):
     """``(L, value, alpha, status)`` of the GP's covariance, ``K`` not kept.
 
     On the CPU (XLA backend) one host call factors and solves with LAPACK
-    (:func:`gpchol._host_lapack.chol_solve_cpu`): the factor comes back row-major, ready
+    (:func:`gpchol._linalg.host_lapack.chol_solve_cpu`): the factor comes back row-major, ready
     for ``potri``. Elsewhere ``K`` is factored in place by XLA (:func:`_lean_factor`) and
     the solves use the factor as it is laid out. On failure both search the exact pivot
-    in a rebuilt ``K`` (:func:`gpchol._cholesky._exact_status`), as ``factor()`` does.
+    in a rebuilt ``K`` (:func:`gpchol._linalg.cholesky._exact_status`), as ``factor()`` does.
 
     ``jitter``: ``None`` or a schedule ``(j0, j1, ...)``: ``K + j I`` is tried for each
     ``j`` in order until one factors (a ``lax.cond`` per retry: a retry rebuilds ``K``
@@ -310,7 +310,7 @@ class GaussianProcess:
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from gpchol import kernels
-        >>> from gpchol._gp import GaussianProcess
+        >>> from gpchol._gp.model import GaussianProcess
         >>> X = jnp.linspace(0.0, 1.0, 8)
         >>> y = jnp.cos(4.0 * X)
         >>> def loss(ls):
@@ -402,7 +402,7 @@ class GaussianProcess:
         Example:
             >>> import jax.numpy as jnp
             >>> from gpchol import kernels
-            >>> from gpchol._gp import GaussianProcess
+            >>> from gpchol._gp.model import GaussianProcess
             >>> gp = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1)
             >>> L, status, used = gp.factor()
             >>> int(status), L.shape
@@ -469,7 +469,7 @@ class GaussianProcess:
         Example:
             >>> import jax, jax.numpy as jnp
             >>> from gpchol import kernels
-            >>> from gpchol._gp import GaussianProcess
+            >>> from gpchol._gp.model import GaussianProcess
             >>> gp = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1)
             >>> lml, status = jax.jit(lambda g: g.log_marginal_likelihood_with_status(
             ...     jnp.zeros(3)))(gp)
@@ -492,7 +492,7 @@ class GaussianProcess:
 
     def _sharded_lml(self, r, mesh):
         """The likelihood on ``gpchol.distributed``: covariance tiles built where they live."""
-        from .distributed import gaussian_log_likelihood
+        from gpchol.distributed import gaussian_log_likelihood
 
         noise = jnp.asarray(self.noise)
         if noise.ndim != 0:
@@ -527,7 +527,7 @@ class GaussianProcess:
         Example:
             >>> import jax.numpy as jnp
             >>> from gpchol import kernels
-            >>> from gpchol._gp import GaussianProcess
+            >>> from gpchol._gp.model import GaussianProcess
             >>> gp = GaussianProcess(kernels.White(1e-9), jnp.arange(2.0), noise=1.0)
             >>> round(float(gp.log_marginal_likelihood(jnp.zeros(2))), 4)  # -log(2 pi)
             -1.8379
@@ -550,7 +550,7 @@ class GaussianProcess:
         Example:
             >>> import jax.numpy as jnp
             >>> from gpchol import kernels
-            >>> from gpchol._gp import GaussianProcess
+            >>> from gpchol._gp.model import GaussianProcess
             >>> X = jnp.arange(4.0)
             >>> post = GaussianProcess(kernels.ExpSquared(), X, noise=1e-4).condition(X)
             >>> post.variance(X).shape
@@ -572,11 +572,11 @@ class GaussianProcess:
         Example:
             >>> import jax.numpy as jnp
             >>> from gpchol import kernels
-            >>> from gpchol._gp import GaussianProcess
+            >>> from gpchol._gp.model import GaussianProcess
             >>> gp = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1)
             >>> dist = gp.numpyro_dist()  # doctest: +SKIP
         """
-        from . import numpyro as _gnp
+        from gpchol import numpyro as _gnp
 
         # X placed on a multi-device mesh: the distribution's log_prob takes the sharded path.
         return _gnp.GaussianProcessMarginal(
@@ -601,7 +601,7 @@ class Posterior:
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from gpchol import kernels
-        >>> from gpchol._gp import GaussianProcess
+        >>> from gpchol._gp.model import GaussianProcess
         >>> X = jnp.linspace(0.0, 1.0, 6)
         >>> post = GaussianProcess(kernels.ExpSquared(0.3), X, noise=1e-3).condition(X ** 2)
         >>> Xs = jnp.array([0.25, 0.75])

@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._errors import NotPositiveDefiniteError
-from ._validate import as_float_array, check_square, check_tile_size, is_concrete
+from gpchol._base.errors import NotPositiveDefiniteError
+from gpchol._base.validate import as_float_array, check_square, check_tile_size, is_concrete
 
 __all__ = ["cholesky", "cholesky_with_status"]
 
@@ -347,7 +347,7 @@ def _potrf_xla(a, nb):
 
 
 def _potrf_cuda(a, nb):
-    from . import _ffi
+    from gpchol._cuda import ffi as _ffi
 
     return _ffi.potrf(a, tile_size=nb)
 
@@ -433,7 +433,7 @@ def _chol_rev_blocked(L, Lbar, nb):
 def _chol_adjoint(L, Lbar, backend, nb):
     """Symmetric gradient ``dF/dA`` (the convention of ``jnp.linalg.cholesky``)."""
     if backend == "cuda":
-        from . import _ffi
+        from gpchol._cuda import ffi as _ffi
 
         return _ffi.potrf_adjoint(L, Lbar, tile_size=nb)
     g = _chol_rev_blocked(L, Lbar, nb)
@@ -492,7 +492,7 @@ def _linear_chol_tangent(L, a_dot, backend, nb):
 
 
 def _cuda_reason():
-    from . import _ffi
+    from gpchol._cuda import ffi as _ffi
 
     return _ffi.cuda_unavailable_reason()
 
@@ -625,7 +625,7 @@ def cholesky_with_status(a, *, tile_size=None, backend="auto", jitter=None):
     if jitter is None and backend == "auto":
         # A matrix sharded over a mesh takes the distributed path (gpchol.distributed);
         # imported here because gpchol.distributed builds on this module.
-        from .distributed._dispatch import maybe_sharded_cholesky
+        from gpchol._routing import maybe_sharded_cholesky
 
         out = maybe_sharded_cholesky(a, tile_size)
         if out is not None:

@@ -55,8 +55,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gpchol._transforms import Positive
-from gpchol._validate import as_inputs
+from gpchol._base.transforms import Positive
+from gpchol._base.validate import as_inputs
 
 __all__ = [
     "RBF",

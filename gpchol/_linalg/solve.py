@@ -12,7 +12,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from ._cholesky import (
+from gpchol._base.validate import as_float_array, check_square, check_tile_size
+from gpchol._linalg.cholesky import (
     _array_platform,
     _blocks,
     _chol,
@@ -23,8 +24,7 @@ from ._cholesky import (
     _trsm,
     default_tile_size,
 )
-from ._host_lapack import HOST_MIN_N, cho_inverse_cpu, chol_solve_cpu
-from ._validate import as_float_array, check_square, check_tile_size
+from gpchol._linalg.host_lapack import HOST_MIN_N, cho_inverse_cpu, chol_solve_cpu
 
 __all__ = ["cho_inverse", "cho_solve", "logdet", "mvn_logpdf", "solve_triangular"]
 
@@ -222,9 +222,9 @@ def _mvn_forward(r, cov, backend, nb):
     """``(L, value, alpha)`` for the whole-likelihood rule.
 
     On the CPU (XLA backend, ``r`` and ``cov`` of one batch shape) one host LAPACK call
-    factors and solves (:func:`gpchol._host_lapack.chol_solve_cpu`): no status search,
+    factors and solves (:func:`gpchol._linalg.host_lapack.chol_solve_cpu`): no status search,
     NaN mask or relayout pass over ``n x n`` buffers, and the row-major factor goes to
-    ``potri`` as it is. Elsewhere: :func:`gpchol._cholesky._chol` and two solves.
+    ``potri`` as it is. Elsewhere: :func:`gpchol._linalg.cholesky._chol` and two solves.
     """
     n = cov.shape[-1]
 

@@ -30,7 +30,7 @@ def maybe_sharded_cholesky(a, tile_size=None):
     flat = [y for x in names for y in (x if isinstance(x, tuple) else (x,))]
     if not flat or all(s.mesh.shape[x] == 1 for x in flat):
         return None
-    from ._api import potrf
+    from gpchol.distributed._api import potrf
 
     n = a.shape[0]
     T = tile_size

@@ -6,7 +6,7 @@ partial write (a crash or Ctrl-C in the middle leaves the old file in place).
 
 Example:
     >>> import os, tempfile, numpy as np
-    >>> from gpchol._io import load_npz, save_npz_atomic
+    >>> from gpchol._base.io import load_npz, save_npz_atomic
     >>> path = os.path.join(tempfile.mkdtemp(), "a.npz")
     >>> digest = save_npz_atomic(path, {"x": np.arange(3.0)})
     >>> load_npz(path)["x"].tolist()

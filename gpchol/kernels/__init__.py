@@ -1,4 +1,4 @@
-"""Covariance kernels (public names); see :mod:`gpchol._kernels` for the conventions.
+"""Covariance kernels (public names); see :mod:`gpchol.kernels._library` for the conventions.
 
 >>> from gpchol import kernels
 >>> k = 2.0 * kernels.ExpSquared(lengthscale=0.5) + kernels.White()
@@ -6,7 +6,7 @@
 (2, 2)
 """
 
-from gpchol._kernels import (
+from gpchol.kernels._library import (
     RBF,
     Constant,
     ExpSineSquared,

@@ -24,7 +24,7 @@ and a builder ``params -> (kernel, noise)``; the flat dict is what ``gpchol-fit.
 stores, so a fitted model is rebuilt from JSON alone (no pickle).
 
 Example:
-    >>> from gpchol._kernel_spec import ModelSpec
+    >>> from gpchol.cli.spec import ModelSpec
     >>> spec = ModelSpec.parse("matern52*periodic+white", d=1)
     >>> p = spec.init_params()
     >>> len(p), p["noise"], p["t0.periodic.period"]
@@ -41,8 +41,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from . import _kernels as K
-from ._transforms import Positive, Transform
+from gpchol._base.transforms import Positive, Transform
+from gpchol.kernels import _library as K
 
 __all__ = ["KERNEL_NAMES", "LogPositive", "ModelSpec", "SpecError"]
 
@@ -76,7 +76,7 @@ class LogPositive(Transform):
     softplus, which is linear for large values.
 
     Example:
-        >>> from gpchol._kernel_spec import LogPositive
+        >>> from gpchol.cli.spec import LogPositive
         >>> round(float(LogPositive().forward(LogPositive().inverse(3.0))), 6)
         3.0
     """
@@ -181,7 +181,7 @@ class ModelSpec:
                 the known names).
 
         Example:
-            >>> from gpchol._kernel_spec import ModelSpec
+            >>> from gpchol.cli.spec import ModelSpec
             >>> ModelSpec.parse("rbf + white", d=2).terms
             (('rbf',),)
         """
