@@ -8,9 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gpchol import Positive, kernels
-from gpchol._fit.driver import FitResult, fit
-from gpchol._gp.model import GaussianProcess
+from gpchol import FitResult, GaussianProcess, Positive, fit, kernels
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +165,7 @@ def test_atomic_checkpoint_write(scale_problem, tmp_path, monkeypatch):
     fit(build, {"s": 1.0}, y, **kw)
     before = {p: (tmp_path / p).read_bytes() for p in ("a.json", "a.npz")}
 
-    import gpchol._base.io as io_mod
+    from gpchol._internal import io as io_mod
 
     def boom(*a, **k):
         raise OSError("disk full")

@@ -24,10 +24,36 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["load_json", "load_npz", "save_json_atomic", "save_npz_atomic", "sha256_bytes"]
+__all__ = [
+    "file_sha256",
+    "load_json",
+    "load_npz",
+    "npz_bytes",
+    "save_json_atomic",
+    "save_npz_atomic",
+    "sha256_bytes",
+    "write_bytes_atomic",
+]
 
 
-def _write_bytes_atomic(path: str, data: bytes) -> None:
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Writes ``data`` to ``path`` atomically (temporary file + ``os.replace``).
+
+    The temporary file sits in the target's directory, so a reader sees the old file or
+    the complete new one, never a partial write.
+
+    Args:
+        path: destination file; its directory is created when missing.
+        data: the bytes to write.
+
+    Example:
+        >>> import os, tempfile
+        >>> from gpchol._base.io import write_bytes_atomic
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+        >>> write_bytes_atomic(path, b"hello")
+        >>> open(path, "rb").read()
+        b'hello'
+    """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
@@ -50,17 +76,17 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def save_json_atomic(path: str, obj: Any) -> None:
+def save_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
     """Writes ``obj`` as indented JSON to ``path`` atomically (tmp file + ``os.replace``).
 
     Args:
         path: destination file.
         obj: a JSON-serialisable object (NaN/inf are written as JSON's ``NaN``/``Infinity``).
     """
-    _write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+    write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
 
 
-def load_json(path: str) -> Any:
+def load_json(path: str | os.PathLike[str]) -> Any:
     """Reads a JSON file."""
     with open(path, encoding="utf-8") as f:
         return json.load(f)
@@ -79,20 +105,20 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-def save_npz_atomic(path: str, arrays: dict[str, np.ndarray]) -> str:
+def save_npz_atomic(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> str:
     """Writes ``arrays`` to ``path`` as ``.npz`` atomically; returns the file's SHA-256."""
     data = npz_bytes(arrays)
-    _write_bytes_atomic(path, data)
+    write_bytes_atomic(path, data)
     return sha256_bytes(data)
 
 
-def load_npz(path: str) -> dict[str, np.ndarray]:
+def load_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """Reads every array of a ``.npz`` file (``allow_pickle=False``)."""
     with np.load(path, allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
 
 
-def file_sha256(path: str) -> str:
+def file_sha256(path: str | os.PathLike[str]) -> str:
     """Hex SHA-256 of a file's bytes."""
     with open(path, "rb") as f:
         return sha256_bytes(f.read())

@@ -1,4 +1,10 @@
-"""Fitting: the optax loop over a GP's hyperparameters, checkpoints and resume."""
+"""Fitting: the optax loop over a GP's hyperparameters, checkpoints and resume.
+
+Modules: :mod:`~gpchol._fit.driver` (:func:`fit`, a short driver over the steps of a fit),
+:mod:`~gpchol._fit.state` (the state between steps), :mod:`~gpchol._fit.objective` (loss,
+optimiser, jitted step, default transforms), :mod:`~gpchol._fit.checkpoint` (the state on
+disk) and :mod:`~gpchol._fit.progress` (the progress line).
+"""
 
 from gpchol._fit.driver import FitResult, fit
 

@@ -21,8 +21,8 @@ Guarantees:
 
 Example:
     >>> import jax.numpy as jnp
-    >>> from gpchol._fit.driver import fit
-    >>> from gpchol._base.transforms import Positive
+    >>> from gpchol import fit
+    >>> from gpchol import Positive
     >>> res = fit(lambda p: (p["s"] - 2.0) ** 2, {"s": 1.0}, transforms={"s": Positive()},
     ...           optimizer="lbfgs", steps=50, progress=False)
     >>> round(float(res.params["s"]), 4), res.converged
@@ -34,8 +34,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,14 +42,19 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from gpchol._base.io import file_sha256, load_json, load_npz, save_json_atomic, save_npz_atomic
 from gpchol._base.transforms import to_constrained, to_unconstrained
-from gpchol.kernels._library import Kernel
-from gpchol.means import Mean
+from gpchol._fit.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
+from gpchol._fit.objective import (
+    StepFn,
+    default_transforms,
+    make_optimizer,
+    make_step,
+    unconstrained_loss,
+)
+from gpchol._fit.progress import ProgressLine
+from gpchol._fit.state import FitState, StartRecord, canonical, key_data
 
 __all__ = ["FitResult", "fit"]
-
-_CHECKPOINT_VERSION = 1
 
 
 @dataclasses.dataclass
@@ -72,7 +75,7 @@ class FitResult:
         optimizer: the optimiser's name.
 
     Example:
-        >>> from gpchol._fit.driver import fit
+        >>> from gpchol import fit
         >>> res = fit(lambda p: (p - 3.0) ** 2, 0.0, optimizer="lbfgs", progress=False)
         >>> round(float(res.params), 3), res.n_steps > 0
         (3.0, True)
@@ -97,136 +100,6 @@ class FitResult:
         )
 
 
-# ----------------------------------------------------------------------------- helpers
-
-
-def default_transforms(params: Any) -> Any:
-    """Transforms for a parameter pytree: a kernel's or mean's own, identity elsewhere.
-
-    Args:
-        params: a pytree of parameters.
-
-    Returns:
-        A pytree prefix of ``params`` of transforms (``None`` = identity). Kernels get
-        :meth:`gpchol.kernels.Kernel.default_transforms` (positive lengthscales,
-        variances, ...). Plain leaves (e.g. a ``"noise"`` entry of a dict) get the identity:
-        pass ``transforms`` explicitly to constrain them.
-
-    Example:
-        >>> from gpchol import kernels
-        >>> from gpchol._fit.driver import default_transforms
-        >>> t = default_transforms({"k": kernels.ExpSquared(), "noise": 0.1})
-        >>> print(t["k"].lengthscale, t["noise"])
-        Positive(lower=0.0) None
-    """
-
-    def one(x):
-        if isinstance(x, (Kernel, Mean)):
-            return x.default_transforms()
-        return None
-
-    return jax.tree_util.tree_map(
-        one, params, is_leaf=lambda x: isinstance(x, (Kernel, Mean)) or x is None
-    )
-
-
-def _canon(tree: Any) -> Any:
-    """Every leaf as a concrete, strongly typed JAX array (so saved == live bitwise)."""
-
-    def one(x):
-        x = jnp.asarray(x)
-        return jnp.asarray(np.asarray(x), dtype=x.dtype)
-
-    return jax.tree_util.tree_map(one, tree)
-
-
-def _leaves_to_np(tree: Any) -> list[np.ndarray]:
-    return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
-
-
-def _from_leaves(template: Any, leaves: list[np.ndarray], what: str) -> Any:
-    t_leaves, treedef = jax.tree_util.tree_flatten(template)
-    if len(t_leaves) != len(leaves):
-        raise ValueError(
-            f"checkpoint does not match this fit: its {what} has {len(leaves)} arrays, this "
-            f"fit's has {len(t_leaves)}. Delete the checkpoint or pass resume=False."
-        )
-    out = []
-    for t, a in zip(t_leaves, leaves, strict=True):
-        t = jnp.asarray(t)
-        if tuple(t.shape) != tuple(a.shape):
-            raise ValueError(
-                f"checkpoint does not match this fit: a {what} array has shape {a.shape}, "
-                f"expected {tuple(t.shape)}. Delete the checkpoint or pass resume=False."
-            )
-        out.append(jnp.asarray(a, dtype=t.dtype))
-    return jax.tree_util.tree_unflatten(treedef, out)
-
-
-def _make_optimizer(optimizer: Any, learning_rate: float | None):
-    if isinstance(optimizer, str):
-        name = optimizer.lower()
-        if name == "adam":
-            return "adam", optax.adam(0.05 if learning_rate is None else learning_rate)
-        if name in ("lbfgs", "l-bfgs"):
-            return "lbfgs", optax.lbfgs(learning_rate=learning_rate)
-        raise ValueError(
-            f"optimizer must be 'adam', 'lbfgs' or an optax GradientTransformation; got "
-            f"{optimizer!r}."
-        )
-    if isinstance(optimizer, optax.GradientTransformation):
-        return type(optimizer).__name__, optimizer
-    raise TypeError(
-        "optimizer must be 'adam', 'lbfgs' or an optax GradientTransformation; got "
-        f"{type(optimizer).__name__}."
-    )
-
-
-def _checkpoint_paths(path: str | os.PathLike) -> tuple[str, str]:
-    base = os.fspath(path)
-    for ext in (".json", ".npz"):
-        if base.endswith(ext):
-            base = base[: -len(ext)]
-    return base + ".json", base + ".npz"
-
-
-class _Progress:
-    """A one-line progress display on stderr (``\\r`` updates on a terminal)."""
-
-    def __init__(self, enabled: bool, steps: int, label: str):
-        self.enabled = enabled
-        self.steps = steps
-        self.label = label
-        self.tty = enabled and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
-        self.last = 0.0
-        self.every = max(1, steps // 10)
-        self.width = 0
-        self.printed = -1
-
-    def update(self, step: int, loss: float, extra: str = "", force: bool = False):
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        line = f"{self.label} step {step}/{self.steps}  loss {loss:.10g}{extra}"
-        if self.tty:
-            if force or now - self.last > 0.1:
-                pad = " " * max(0, self.width - len(line))
-                sys.stderr.write("\r" + line + pad)
-                sys.stderr.flush()
-                self.width = len(line)
-                self.last = now
-        elif (force or step % self.every == 0) and step != self.printed:
-            self.printed = step
-            sys.stderr.write(line + "\n")
-            sys.stderr.flush()
-
-    def close(self):
-        if self.enabled and self.tty and self.width:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.width = 0
-
-
 _NONFINITE_HINT = (
     "The parameters of the last finite step were kept. Try: jitter on the model "
     "(GaussianProcess(..., jitter=(1e-8, 1e-6, 1e-4))), float64 "
@@ -236,7 +109,30 @@ _NONFINITE_HINT = (
 )
 
 
-# --------------------------------------------------------------------------------- fit
+@dataclasses.dataclass(frozen=True)
+class FitPlan:
+    """The fixed settings of one fit (what does not change from step to step)."""
+
+    optimizer: str
+    init_opt_state: Callable[[Any], Any]
+    step_fn: StepFn
+    transforms: Any
+    u0: Any
+    restart_scale: float
+    steps: int
+    restarts: int
+    tol: float
+    patience: int
+    callback: Callable[[int, Any, float], Any] | None
+    checkpoint: str | os.PathLike[str] | None
+    checkpoint_every: int
+
+    @property
+    def n_starts(self) -> int:
+        return self.restarts + 1
+
+
+# ------------------------------------------------------------------------------ the driver
 
 
 def fit(
@@ -245,7 +141,7 @@ def fit(
     y: Any = None,
     *,
     transforms: Any = None,
-    optimizer: Any = "lbfgs",
+    optimizer: str | optax.GradientTransformation = "lbfgs",
     steps: int = 200,
     learning_rate: float | None = None,
     tol: float = 1e-9,
@@ -253,7 +149,7 @@ def fit(
     restarts: int = 0,
     key: Any = None,
     restart_scale: float = 1.0,
-    checkpoint: str | os.PathLike | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
     checkpoint_every: int = 10,
     resume: bool = True,
     progress: bool = True,
@@ -301,8 +197,8 @@ def fit(
     Example:
         >>> import jax, jax.numpy as jnp, numpy as np
         >>> from gpchol import kernels, Positive
-        >>> from gpchol._gp.model import GaussianProcess
-        >>> from gpchol._fit.driver import fit
+        >>> from gpchol import GaussianProcess
+        >>> from gpchol import fit
         >>> X = jnp.linspace(0.0, 5.0, 30)
         >>> y = jnp.sin(X) + 0.1 * jnp.asarray(np.random.default_rng(0).normal(size=30))
         >>> def build(p):
@@ -314,6 +210,53 @@ def fit(
         >>> res.log_marginal_likelihood > float(build(p0).log_marginal_likelihood(y))
         True
     """
+    _check_counts(steps=steps, restarts=restarts, checkpoint_every=checkpoint_every, tol=tol)
+    opt_name, opt = make_optimizer(optimizer, learning_rate)
+    if transforms is None:
+        transforms = default_transforms(params)
+    plan = FitPlan(
+        optimizer=opt_name,
+        init_opt_state=opt.init,
+        step_fn=make_step(opt_name, opt, unconstrained_loss(build_or_loss, y, transforms)),
+        transforms=transforms,
+        u0=canonical(to_unconstrained(params, transforms)),
+        restart_scale=restart_scale,
+        steps=int(steps),
+        restarts=int(restarts),
+        tol=tol,
+        patience=patience,
+        callback=callback,
+        checkpoint=checkpoint,
+        checkpoint_every=int(checkpoint_every),
+    )
+    state = _initial_state(plan, jax.random.PRNGKey(0) if key is None else key, resume)
+    label = f"gpchol fit [{opt_name}]"
+    bar = ProgressLine(progress, plan.steps, label)
+    try:
+        while state.restart < plan.n_starts:
+            if plan.n_starts > 1:
+                bar.label = f"{label} start {state.restart + 1}/{plan.n_starts}"
+            _run_steps(plan, state, bar)
+            if state.stopped is None:
+                state.stop(
+                    "steps",
+                    f"reached steps={plan.steps} without meeting tol={plan.tol:g}; raise steps "
+                    "or tol for a converged fit.",
+                )
+            bar.update(state.step, state.history[-1] if state.history else math.nan, force=True)
+            bar.close()
+            _end_start(plan, state)
+            _save(plan, state)
+    finally:
+        bar.close()
+    return _result(plan, state, has_y=y is not None)
+
+
+# ------------------------------------------------------------------- the driver's parts
+
+
+def _check_counts(*, steps: int, restarts: int, checkpoint_every: int, tol: float) -> None:
+    """Raises ``ValueError`` on a bad count or tolerance."""
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
         raise ValueError(f"steps must be an int >= 0; got {steps!r}.")
     if isinstance(restarts, bool) or not isinstance(restarts, (int, np.integer)) or restarts < 0:
@@ -322,280 +265,174 @@ def fit(
         raise ValueError(f"checkpoint_every must be an int >= 1; got {checkpoint_every!r}.")
     if not (isinstance(tol, (int, float)) and tol >= 0):
         raise ValueError(f"tol must be a number >= 0; got {tol!r}.")
-    opt_name, opt = _make_optimizer(optimizer, learning_rate)
-    if transforms is None:
-        transforms = default_transforms(params)
 
-    if y is not None:
-        y_arr = jnp.asarray(y)
 
-        def loss_c(p):
-            return -build_or_loss(p).log_marginal_likelihood(y_arr)
+def _start_point(plan: FitPlan, key: np.ndarray, r: int) -> Any:
+    """Start ``r``'s unconstrained parameters: ``u0``, or ``u0 + restart_scale * N(0, 1)``."""
+    if r == 0:
+        return plan.u0
+    k = jax.random.fold_in(jnp.asarray(key), r)
+    leaves, treedef = jax.tree_util.tree_flatten(plan.u0)
+    keys = jax.random.split(k, max(1, len(leaves)))
+    moved = [
+        x + plan.restart_scale * jax.random.normal(kk, jnp.shape(x), dtype=jnp.result_type(x))
+        for x, kk in zip(leaves, keys, strict=False)
+    ]
+    return canonical(jax.tree_util.tree_unflatten(treedef, moved))
 
-    else:
-        loss_c = build_or_loss
 
-    def loss_u(u):
-        return jnp.asarray(loss_c(to_constrained(u, transforms))).reshape(())
+def _begin_start(plan: FitPlan, state: FitState, r: int) -> None:
+    """Sets ``state`` to the beginning of start ``r``."""
+    u = _start_point(plan, state.key, r)
+    state.begin_start(u, canonical(plan.init_opt_state(u)))
 
-    def all_finite(tree):
-        leaves = jax.tree_util.tree_leaves(tree)
-        if not leaves:
-            return jnp.asarray(True)
-        return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
-    if opt_name == "lbfgs":
-        vg = optax.value_and_grad_from_state(loss_u)
-
-        def _step(u, s):
-            v, g = vg(u, state=s)
-            updates, s2 = opt.update(g, s, u, value=v, grad=g, value_fn=loss_u)
-            return optax.apply_updates(u, updates), s2, v, all_finite(g)
-
-    else:
-        vg = jax.value_and_grad(loss_u)
-
-        def _step(u, s):
-            v, g = vg(u)
-            updates, s2 = opt.update(g, s, u)
-            return optax.apply_updates(u, updates), s2, v, all_finite(g)
-
-    step_fn = jax.jit(_step)
-
-    u0 = _canon(to_unconstrained(params, transforms))
-    if key is None:
-        key = jax.random.PRNGKey(0)
-    key_np = np.asarray(jax.random.key_data(key) if _is_typed_key(key) else key)
-
-    def start_point(r: int):
-        if r == 0:
-            return u0
-        k = jax.random.fold_in(jnp.asarray(key_np), r)
-        leaves, treedef = jax.tree_util.tree_flatten(u0)
-        keys = jax.random.split(k, max(1, len(leaves)))
-        moved = [
-            x + restart_scale * jax.random.normal(kk, jnp.shape(x), dtype=jnp.result_type(x))
-            for x, kk in zip(leaves, keys, strict=False)
-        ]
-        return _canon(jax.tree_util.tree_unflatten(treedef, moved))
-
-    json_path, npz_path = _checkpoint_paths(checkpoint) if checkpoint is not None else (None,) * 2
-    n_starts = restarts + 1
-
-    # the run state (restored from a checkpoint when resuming)
-    st = dict(
-        restart=0,
-        step=0,
-        history=[],
-        stall=0,
-        done=False,
-        stopped=None,  # None | "converged" | "nonfinite" | "callback" | "steps"
-        message="",
-        best=None,  # dict(loss, history, n_steps, converged, success, message, restart)
-        restart_losses=[],
-    )
-    u = s = last_good = best_u = None
-    resumed = False
-    if json_path is not None and resume and os.path.exists(json_path):
-        meta = load_json(json_path)
-        if meta.get("version") != _CHECKPOINT_VERSION or meta.get("optimizer") != opt_name:
-            raise ValueError(
-                f"checkpoint {json_path} was written by a different fit (optimizer "
-                f"{meta.get('optimizer')!r}, version {meta.get('version')}); delete it or pass "
-                "resume=False."
-            )
-        if not os.path.exists(npz_path) or file_sha256(npz_path) != meta.get("npz_sha256"):
-            raise ValueError(
-                f"checkpoint arrays {npz_path} are missing or do not match {json_path} "
-                "(an interrupted write of an old version?); delete both or pass resume=False."
-            )
-        arrays = load_npz(npz_path)
-        st.update({k: meta[k] for k in st if k in meta})
-        st["history"] = [float(x) for x in arrays["history"]]
-        key_np = arrays["rng_key"]
-        n_u = meta["n_param_leaves"]
-        n_s = meta["n_state_leaves"]
-        u = _from_leaves(u0, [arrays[f"u_{i}"] for i in range(n_u)], "parameters")
-        s = _from_leaves(opt.init(u), [arrays[f"s_{i}"] for i in range(n_s)], "optimizer state")
-        if meta.get("has_last_good"):
-            last_good = _from_leaves(u0, [arrays[f"g_{i}"] for i in range(n_u)], "parameters")
-        if st["best"] is not None:
-            best_u = _from_leaves(u0, [arrays[f"b_{i}"] for i in range(n_u)], "parameters")
-            st["best"]["history"] = [float(x) for x in arrays["best_history"]]
-        resumed = True
-
-    def save_checkpoint():
-        if json_path is None:
-            return
-        arrays = {"history": np.asarray(st["history"], np.float64), "rng_key": key_np}
-        for i, a in enumerate(_leaves_to_np(u)):
-            arrays[f"u_{i}"] = a
-        s_leaves = _leaves_to_np(s)
-        for i, a in enumerate(s_leaves):
-            arrays[f"s_{i}"] = a
-        if last_good is not None:
-            for i, a in enumerate(_leaves_to_np(last_good)):
-                arrays[f"g_{i}"] = a
-        best_meta = None
-        if st["best"] is not None:
-            for i, a in enumerate(_leaves_to_np(best_u)):
-                arrays[f"b_{i}"] = a
-            arrays["best_history"] = np.asarray(st["best"]["history"], np.float64)
-            best_meta = {k: v for k, v in st["best"].items() if k != "history"}
-        digest = save_npz_atomic(npz_path, arrays)
-        meta = {k: v for k, v in st.items() if k not in ("history", "best")}
-        meta.update(
-            version=_CHECKPOINT_VERSION,
-            optimizer=opt_name,
-            npz_sha256=digest,
-            n_param_leaves=len(jax.tree_util.tree_leaves(u)),
-            n_state_leaves=len(s_leaves),
-            has_last_good=last_good is not None,
-            best=best_meta,
-            steps=int(steps),
-            restarts=int(restarts),
+def _initial_state(plan: FitPlan, key: Any, resume: bool) -> FitState:
+    """The checkpoint's state when resuming from one, else the beginning of the first start."""
+    if plan.checkpoint is not None and resume and checkpoint_exists(plan.checkpoint):
+        return load_checkpoint(
+            plan.checkpoint,
+            optimizer=plan.optimizer,
+            params_like=plan.u0,
+            init_opt_state=plan.init_opt_state,
         )
-        save_json_atomic(json_path, meta)
+    state = FitState(params=None, opt_state=None, key=key_data(key))
+    _begin_start(plan, state, 0)
+    return state
 
-    label = f"gpchol fit [{opt_name}]"
-    bar = _Progress(progress, steps, label)
-    try:
-        while st["restart"] < n_starts:
-            r = st["restart"]
-            if not resumed or u is None:
-                u = start_point(r)
-                s = _canon(opt.init(u))
-                last_good = None
-                st.update(step=0, history=[], stall=0, done=False, stopped=None, message="")
-            resumed = False
-            bar.label = label + (f" start {r + 1}/{n_starts}" if n_starts > 1 else "")
-            while not st["done"] and st["step"] < steps:
-                u_new, s_new, v, g_ok = step_fn(u, s)
-                v = float(v)
-                if not (math.isfinite(v) and bool(g_ok)):
-                    if r == 0 and st["step"] == 0:
-                        raise ValueError(
-                            f"the loss or its gradient at the initial parameters is not finite "
-                            f"(loss {v}): the model cannot be evaluated there (a covariance that "
-                            "is not positive definite?). Try: jitter on the model "
-                            "(GaussianProcess(..., jitter=(1e-8, 1e-6, 1e-4))), float64, or "
-                            "other initial values."
-                        )
-                    what = "loss" if not math.isfinite(v) else "gradient"
-                    st["stopped"] = "nonfinite"
-                    st["message"] = (
-                        f"stopped at step {st['step'] + 1}: the {what} became non-finite "
-                        f"(loss {v}). " + _NONFINITE_HINT
-                    )
-                    st["done"] = True
-                    break
-                prev = st["history"][-1] if st["history"] else None
-                st["history"].append(v)
-                last_good = u
-                u, s = u_new, s_new
-                st["step"] += 1
-                bar.update(st["step"], v)
-                if callback is not None:
-                    if callback(st["step"], to_constrained(last_good, transforms), v) is True:
-                        st["stopped"] = "callback"
-                        st["message"] = f"stopped by the callback after {st['step']} steps."
-                        st["done"] = True
-                if prev is not None and abs(prev - v) <= tol * max(1.0, abs(v)):
-                    st["stall"] += 1
-                else:
-                    st["stall"] = 0
-                if not st["done"] and st["stall"] >= patience:
-                    st["stopped"] = "converged"
-                    st["message"] = (
-                        f"converged after {st['step']} steps (relative loss change below "
-                        f"tol={tol:g} for {patience} steps)."
-                    )
-                    st["done"] = True
-                if st["step"] % checkpoint_every == 0 or st["done"]:
-                    save_checkpoint()
-            if st["stopped"] is None:
-                st["stopped"] = "steps"
-                st["message"] = (
-                    f"reached steps={steps} without meeting tol={tol:g}; raise steps or tol "
-                    "for a converged fit."
-                )
-            st["done"] = True
-            bar.update(st["step"], st["history"][-1] if st["history"] else float("nan"), force=True)
-            bar.close()
 
-            # the result of this start: the final parameters if their loss is finite,
-            # else the last parameters with a finite loss
-            final_u, final_loss = u, float(step_fn(u, s)[2])
-            success = st["stopped"] != "nonfinite"
-            if not math.isfinite(final_loss):
-                if last_good is not None:
-                    final_u, final_loss = last_good, st["history"][-1]
-                if success:
-                    success = False
-                    st["message"] = "the last update produced a non-finite loss. " + _NONFINITE_HINT
-            elif st["stopped"] == "nonfinite" and last_good is not None:
-                final_u, final_loss = last_good, st["history"][-1]
-            st["restart_losses"].append(final_loss)
-            cand = dict(
-                loss=final_loss,
-                history=list(st["history"]),
-                n_steps=st["step"],
-                converged=st["stopped"] == "converged",
-                success=success,
-                message=st["message"],
-                restart=r,
-            )
-            prev_best = None if st["best"] is None else st["best"]["loss"]
-            better = prev_best is None or (
-                math.isfinite(final_loss)
-                and (not math.isfinite(prev_best) or final_loss < prev_best)
-            )
-            if better:
-                st["best"], best_u = cand, final_u
-            st["restart"] = r + 1
-            u = None
-            if st["restart"] < n_starts:
-                # state for the next start, so a checkpoint here resumes there
-                u = start_point(st["restart"])
-                s = _canon(opt.init(u))
-                last_good = None
-                st.update(step=0, history=[], stall=0, done=False, stopped=None, message="")
-                resumed = True  # the next start's state is already set
-            else:
-                u, s = best_u, _canon(opt.init(best_u))
-            save_checkpoint()
-    except KeyboardInterrupt:
-        bar.close()
-        raise
-    finally:
-        bar.close()
+def _save(plan: FitPlan, state: FitState) -> None:
+    if plan.checkpoint is not None:
+        save_checkpoint(
+            plan.checkpoint,
+            state,
+            optimizer=plan.optimizer,
+            steps=plan.steps,
+            restarts=plan.restarts,
+        )
 
-    best = st["best"]
-    message = best["message"]
-    if n_starts > 1:
+
+def _run_steps(plan: FitPlan, state: FitState, bar: ProgressLine) -> None:
+    """Steps the current start until it stops or reaches ``steps``.
+
+    A step whose loss or gradient is not finite is not taken: the start stops with the
+    parameters of the last finite step kept in ``state.last_good``.
+    """
+    while not state.done and state.step < plan.steps:
+        u_new, s_new, value, grad_ok = plan.step_fn(state.params, state.opt_state)
+        v = float(value)
+        if not (math.isfinite(v) and bool(grad_ok)):
+            _stop_nonfinite(state, v)
+            return
+        prev = state.history[-1] if state.history else None
+        state.history.append(v)
+        state.last_good = state.params
+        state.params, state.opt_state = u_new, s_new
+        state.step += 1
+        bar.update(state.step, v)
+        _check_stop(plan, state, prev, v)
+        if state.step % plan.checkpoint_every == 0 or state.done:
+            _save(plan, state)
+
+
+def _stop_nonfinite(state: FitState, v: float) -> None:
+    if state.restart == 0 and state.step == 0:
+        raise ValueError(
+            f"the loss or its gradient at the initial parameters is not finite "
+            f"(loss {v}): the model cannot be evaluated there (a covariance that "
+            "is not positive definite?). Try: jitter on the model "
+            "(GaussianProcess(..., jitter=(1e-8, 1e-6, 1e-4))), float64, or "
+            "other initial values."
+        )
+    what = "loss" if not math.isfinite(v) else "gradient"
+    state.stop(
+        "nonfinite",
+        f"stopped at step {state.step + 1}: the {what} became non-finite (loss {v}). "
+        + _NONFINITE_HINT,
+    )
+
+
+def _check_stop(plan: FitPlan, state: FitState, prev: float | None, v: float) -> None:
+    """After a step with loss ``v`` (``prev`` before it): the callback, then the tolerance."""
+    if plan.callback is not None:
+        params = to_constrained(state.last_good, plan.transforms)
+        if plan.callback(state.step, params, v) is True:
+            state.stop("callback", f"stopped by the callback after {state.step} steps.")
+    if prev is not None and abs(prev - v) <= plan.tol * max(1.0, abs(v)):
+        state.stall += 1
+    else:
+        state.stall = 0
+    if not state.done and state.stall >= plan.patience:
+        state.stop(
+            "converged",
+            f"converged after {state.step} steps (relative loss change below "
+            f"tol={plan.tol:g} for {plan.patience} steps).",
+        )
+
+
+def _end_start(plan: FitPlan, state: FitState) -> None:
+    """Records how the current start ended, keeps the best, moves to the next start.
+
+    The start's result is its final parameters if their loss is finite, else the last
+    parameters with a finite loss. After the last start the state holds the best start's
+    parameters (with a fresh optimiser state), so a finished checkpoint resumes to them.
+    """
+    r = state.restart
+    final_u, final_loss = state.params, float(plan.step_fn(state.params, state.opt_state)[2])
+    success = state.stopped != "nonfinite"
+    if not math.isfinite(final_loss):
+        if state.last_good is not None:
+            final_u, final_loss = state.last_good, state.history[-1]
+        if success:
+            success = False
+            state.message = "the last update produced a non-finite loss. " + _NONFINITE_HINT
+    elif state.stopped == "nonfinite" and state.last_good is not None:
+        final_u, final_loss = state.last_good, state.history[-1]
+    state.restart_losses.append(final_loss)
+    record = StartRecord(
+        loss=final_loss,
+        history=list(state.history),
+        n_steps=state.step,
+        converged=state.stopped == "converged",
+        success=success,
+        message=state.message,
+        restart=r,
+    )
+    best = state.best
+    if best is None or (
+        math.isfinite(final_loss) and (not math.isfinite(best.loss) or final_loss < best.loss)
+    ):
+        state.best, state.best_params = record, final_u
+    state.restart = r + 1
+    if state.restart < plan.n_starts:
+        _begin_start(plan, state, state.restart)
+    else:
+        state.params = state.best_params
+        state.opt_state = canonical(plan.init_opt_state(state.best_params))
+
+
+def _result(plan: FitPlan, state: FitState, *, has_y: bool) -> FitResult:
+    best = state.best
+    if best is None:  # every finished fit has ended at least one start
+        raise RuntimeError("fit ended without a finished start (a damaged checkpoint?).")
+    message = best.message
+    if plan.n_starts > 1:
         message += (
-            f" Best of {n_starts} starts (start {best['restart'] + 1}); final losses: "
-            + ", ".join(f"{x:.6g}" for x in st["restart_losses"])
+            f" Best of {plan.n_starts} starts (start {best.restart + 1}); final losses: "
+            + ", ".join(f"{x:.6g}" for x in state.restart_losses)
             + "."
         )
-    loss = float(best["loss"])
+    loss = float(best.loss)
     return FitResult(
-        params=to_constrained(best_u, transforms),
+        params=to_constrained(state.best_params, plan.transforms),
         loss=loss,
-        log_marginal_likelihood=-loss if y is not None else None,
-        history=np.asarray(best["history"], np.float64),
-        n_steps=int(best["n_steps"]),
-        converged=bool(best["converged"]),
-        success=bool(best["success"]),
+        log_marginal_likelihood=-loss if has_y else None,
+        history=np.asarray(best.history, np.float64),
+        n_steps=int(best.n_steps),
+        converged=bool(best.converged),
+        success=bool(best.success),
         message=message,
-        unconstrained_params=best_u,
-        restart_losses=[float(x) for x in st["restart_losses"]],
-        optimizer=opt_name,
+        unconstrained_params=state.best_params,
+        restart_losses=[float(x) for x in state.restart_losses],
+        optimizer=plan.optimizer,
     )
-
-
-def _is_typed_key(key: Any) -> bool:
-    try:
-        return jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-    except AttributeError:
-        return False

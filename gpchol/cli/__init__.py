@@ -244,7 +244,7 @@ class _Model:
     def gp(self, params, dtype):
         import jax.numpy as jnp
 
-        from gpchol._gp.model import GaussianProcess
+        from gpchol import GaussianProcess
 
         kernel, noise = self.spec.build(params)
         return GaussianProcess(kernel, jnp.asarray(self.xs(self.X), dtype), noise=noise)
@@ -337,7 +337,7 @@ def _fit_model(model, args, dtype):
     import jax.numpy as jnp
     import numpy as np
 
-    from gpchol._fit.driver import fit
+    from gpchol import fit
 
     ys = jnp.asarray(model.ys(model.y), dtype)
     init = model.spec.init_params()
@@ -572,9 +572,9 @@ def _cmd_predict(args) -> int:
             ]
         )
     if args.out:
-        from gpchol._base.io import _write_bytes_atomic
+        from gpchol._base.io import write_bytes_atomic
 
-        _write_bytes_atomic(args.out, buf.getvalue().encode())
+        write_bytes_atomic(args.out, buf.getvalue().encode())
         print(f"wrote {Xs.shape[0]} predictions to {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(buf.getvalue())

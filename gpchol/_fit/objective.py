@@ -1,0 +1,175 @@
+"""What a fit minimises and how it steps: loss, optimiser, jitted step, default transforms.
+
+The loss is evaluated in the unconstrained space where the optimiser runs (the transforms
+map it to the parameters' natural space); one step is one jitted call returning the new
+parameters and optimiser state, the loss before the step and whether the gradient is
+finite.
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> from gpchol._fit.objective import make_optimizer, make_step, unconstrained_loss
+    >>> name, opt = make_optimizer("adam", 0.1)
+    >>> loss = unconstrained_loss(lambda p: (p - 1.0) ** 2, None, None)
+    >>> step = make_step(name, opt, loss)
+    >>> u = jnp.asarray(0.0)
+    >>> u1, s1, value, finite = step(u, opt.init(u))
+    >>> float(value), bool(finite), float(u1) > 0.0
+    (1.0, True, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from gpchol._base.transforms import to_constrained
+from gpchol.kernels import Kernel
+from gpchol.means import Mean
+
+__all__ = ["StepFn", "default_transforms", "make_optimizer", "make_step", "unconstrained_loss"]
+
+StepFn = Callable[[Any, Any], tuple[Any, Any, jax.Array, jax.Array]]
+"""``(params, opt_state) -> (new params, new opt_state, loss at params, gradient finite)``."""
+
+
+def default_transforms(params: Any) -> Any:
+    """Transforms for a parameter pytree: a kernel's or mean's own, identity elsewhere.
+
+    Args:
+        params: a pytree of parameters.
+
+    Returns:
+        A pytree prefix of ``params`` of transforms (``None`` = identity). Kernels get
+        :meth:`gpchol.kernels.Kernel.default_transforms` (positive lengthscales,
+        variances, ...). Plain leaves (e.g. a ``"noise"`` entry of a dict) get the identity:
+        pass ``transforms`` explicitly to constrain them.
+
+    Example:
+        >>> from gpchol import kernels
+        >>> from gpchol._fit.objective import default_transforms
+        >>> t = default_transforms({"k": kernels.ExpSquared(), "noise": 0.1})
+        >>> print(t["k"].lengthscale, t["noise"])
+        Positive(lower=0.0) None
+    """
+
+    def own(x: Any) -> Any:
+        return x.default_transforms() if isinstance(x, (Kernel, Mean)) else None
+
+    return jax.tree_util.tree_map(
+        own, params, is_leaf=lambda x: isinstance(x, (Kernel, Mean)) or x is None
+    )
+
+
+def make_optimizer(
+    optimizer: str | optax.GradientTransformation, learning_rate: float | None
+) -> tuple[str, optax.GradientTransformation]:
+    """The optimiser's name and optax transformation.
+
+    Args:
+        optimizer: ``"adam"``, ``"lbfgs"`` (or ``"l-bfgs"``), or an optax
+            ``GradientTransformation`` (named by its type).
+        learning_rate: Adam's step (default 0.05); L-BFGS's fixed step instead of its line
+            search (``None``: line search).
+
+    Returns:
+        ``(name, transformation)``.
+
+    Raises:
+        ValueError: an unknown optimiser name.
+        TypeError: neither a name nor a ``GradientTransformation``.
+
+    Example:
+        >>> from gpchol._fit.objective import make_optimizer
+        >>> make_optimizer("L-BFGS", None)[0]
+        'lbfgs'
+    """
+    if isinstance(optimizer, str):
+        name = optimizer.lower()
+        if name == "adam":
+            return "adam", optax.adam(0.05 if learning_rate is None else learning_rate)
+        if name in ("lbfgs", "l-bfgs"):
+            return "lbfgs", optax.lbfgs(learning_rate=learning_rate)
+        raise ValueError(
+            f"optimizer must be 'adam', 'lbfgs' or an optax GradientTransformation; got "
+            f"{optimizer!r}."
+        )
+    if isinstance(optimizer, optax.GradientTransformation):
+        return type(optimizer).__name__, optimizer
+    raise TypeError(
+        "optimizer must be 'adam', 'lbfgs' or an optax GradientTransformation; got "
+        f"{type(optimizer).__name__}."
+    )
+
+
+def unconstrained_loss(
+    build_or_loss: Callable[[Any], Any], y: Any, transforms: Any
+) -> Callable[[Any], jax.Array]:
+    """The scalar loss as a function of the unconstrained parameters.
+
+    Args:
+        build_or_loss: with ``y``, ``params -> model`` (anything with
+            ``.log_marginal_likelihood(y)``; the loss is its negative); with ``y=None``,
+            ``params -> loss``.
+        y: ``(n,)`` observations or ``None``.
+        transforms: a pytree prefix of the parameters of transforms (``None``: identity).
+
+    Returns:
+        ``u -> loss`` with shape ``()``.
+    """
+    if y is not None:
+        y_arr = jnp.asarray(y)
+
+        def loss_c(p: Any) -> Any:
+            return -build_or_loss(p).log_marginal_likelihood(y_arr)
+
+    else:
+        loss_c = build_or_loss
+
+    def loss_u(u: Any) -> jax.Array:
+        return jnp.asarray(loss_c(to_constrained(u, transforms))).reshape(())
+
+    return loss_u
+
+
+def _all_finite(tree: Any) -> jax.Array:
+    leaves = jax.tree_util.tree_leaves(tree)
+    if not leaves:
+        return jnp.asarray(True)
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
+
+
+def make_step(
+    name: str, opt: optax.GradientTransformation, loss: Callable[[Any], jax.Array]
+) -> StepFn:
+    """One jitted optimiser step: the loss and its gradient, then the update.
+
+    Args:
+        name: the optimiser's name from :func:`make_optimizer` (``"lbfgs"`` passes the
+            value, gradient and loss function its line search needs).
+        opt: the optax transformation.
+        loss: ``u -> scalar loss``.
+
+    Returns:
+        A :data:`StepFn`.
+    """
+    if name == "lbfgs":
+        value_and_grad = optax.value_and_grad_from_state(loss)
+
+        def step(u: Any, s: Any) -> tuple[Any, Any, jax.Array, jax.Array]:
+            v, g = value_and_grad(u, state=s)
+            updates, s2 = opt.update(g, s, u, value=v, grad=g, value_fn=loss)
+            return optax.apply_updates(u, updates), s2, v, _all_finite(g)
+
+    else:
+        plain_value_and_grad = jax.value_and_grad(loss)
+
+        def step(u: Any, s: Any) -> tuple[Any, Any, jax.Array, jax.Array]:
+            v, g = plain_value_and_grad(u)
+            updates, s2 = opt.update(g, s, u)
+            return optax.apply_updates(u, updates), s2, v, _all_finite(g)
+
+    return jax.jit(step)

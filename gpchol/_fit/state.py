@@ -1,0 +1,177 @@
+"""The state of a fit between two steps: what a checkpoint stores and a resume restores.
+
+:class:`FitState` holds the current start's parameters (unconstrained) and optimiser
+state, its step counter and loss history, the last parameters with a finite loss, how the
+start is stopping, the best start so far (:class:`StartRecord` and its parameters), the
+final loss of every finished start and the random key of the restarts. The driver
+(:mod:`gpchol._fit.driver`) mutates it step by step; :mod:`gpchol._fit.checkpoint` writes
+and reads it.
+
+Example:
+    >>> import jax.numpy as jnp, numpy as np
+    >>> from gpchol._fit.state import FitState
+    >>> st = FitState(params=jnp.zeros(2), opt_state=(), key=np.zeros(2, np.uint32))
+    >>> st.step, st.history, st.done
+    (0, [], False)
+    >>> st.stop("steps", "reached steps=0")
+    >>> st.done, st.stopped
+    (True, 'steps')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["FitState", "StartRecord", "Stopped", "canonical", "key_data"]
+
+Stopped = Literal["converged", "nonfinite", "callback", "steps"]
+"""Why a start stopped."""
+
+
+@dataclasses.dataclass
+class StartRecord:
+    """How one start (the initial point or a restart) ended.
+
+    Attributes:
+        loss: its final loss (the last finite one when it ended on a non-finite step).
+        history: ``(n_steps,)`` the loss at each step, as Python floats.
+        n_steps: steps taken.
+        converged: whether the tolerance test stopped it.
+        success: False when it ended on a non-finite loss or gradient.
+        message: a sentence on how it ended.
+        restart: its index (0: the given initial point).
+
+    Example:
+        >>> from gpchol._fit.state import StartRecord
+        >>> rec = StartRecord(1.5, [2.0, 1.5], 2, True, True, "converged", 0)
+        >>> rec.meta()["n_steps"], "history" in rec.meta()
+        (2, False)
+    """
+
+    loss: float
+    history: list[float]
+    n_steps: int
+    converged: bool
+    success: bool
+    message: str
+    restart: int
+
+    def meta(self) -> dict[str, Any]:
+        """Every field but the history (which a checkpoint stores as an array), JSON-ready."""
+        return {
+            "loss": self.loss,
+            "n_steps": self.n_steps,
+            "converged": self.converged,
+            "success": self.success,
+            "message": self.message,
+            "restart": self.restart,
+        }
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any], history: list[float]) -> StartRecord:
+        """The inverse of :meth:`meta`, given the history back."""
+        return cls(
+            loss=meta["loss"],
+            history=history,
+            n_steps=meta["n_steps"],
+            converged=meta["converged"],
+            success=meta["success"],
+            message=meta["message"],
+            restart=meta["restart"],
+        )
+
+
+@dataclasses.dataclass
+class FitState:
+    """Everything a fit holds between steps (all a checkpoint needs to resume exactly).
+
+    Attributes:
+        params: the current start's parameters (unconstrained space).
+        opt_state: the optimiser state for ``params``.
+        key: raw ``uint32`` data of the random key of the restarts.
+        restart: index of the current start (``restarts + 1`` once all are done).
+        step: steps taken in the current start.
+        history: loss at each step of the current start.
+        stall: consecutive steps whose relative loss change was below the tolerance.
+        done: whether the current start has stopped.
+        stopped: why it stopped (``None`` while it runs).
+        message: a sentence on how it stopped.
+        last_good: the parameters of the last step with a finite loss (``None`` before
+            the first step of a start).
+        best: how the best finished start ended (``None`` before the first ends).
+        best_params: that start's final parameters (unconstrained space).
+        restart_losses: the final loss of every finished start, in order.
+    """
+
+    params: Any
+    opt_state: Any
+    key: np.ndarray
+    restart: int = 0
+    step: int = 0
+    history: list[float] = dataclasses.field(default_factory=list)
+    stall: int = 0
+    done: bool = False
+    stopped: Stopped | None = None
+    message: str = ""
+    last_good: Any = None
+    best: StartRecord | None = None
+    best_params: Any = None
+    restart_losses: list[float] = dataclasses.field(default_factory=list)
+
+    def begin_start(self, params: Any, opt_state: Any) -> None:
+        """Sets the current start's parameters and optimiser state; clears its counters."""
+        self.params, self.opt_state, self.last_good = params, opt_state, None
+        self.step, self.history, self.stall = 0, [], 0
+        self.done, self.stopped, self.message = False, None, ""
+
+    def stop(self, why: Stopped, message: str) -> None:
+        """Marks the current start as stopped, with the reason and a sentence."""
+        self.stopped, self.message, self.done = why, message, True
+
+
+def canonical(tree: Any) -> Any:
+    """Every leaf as a concrete, strongly typed JAX array (so saved == live bitwise).
+
+    Args:
+        tree: a pytree of arrays or scalars.
+
+    Returns:
+        The same pytree with each leaf a committed JAX array of its own dtype.
+
+    Example:
+        >>> from gpchol._fit.state import canonical
+        >>> canonical({"a": 1.0})["a"].weak_type
+        False
+    """
+
+    def one(x: Any) -> jax.Array:
+        x = jnp.asarray(x)
+        return jnp.asarray(np.asarray(x), dtype=x.dtype)
+
+    return jax.tree_util.tree_map(one, tree)
+
+
+def key_data(key: Any) -> np.ndarray:
+    """The raw ``uint32`` data of a ``jax.random`` key (typed or legacy ``uint32``).
+
+    Args:
+        key: a key from ``jax.random.key`` or ``jax.random.PRNGKey``.
+
+    Returns:
+        A NumPy array of the key's data, e.g. shape ``(2,)`` for the default generator.
+
+    Example:
+        >>> import jax
+        >>> from gpchol._fit.state import key_data
+        >>> key_data(jax.random.key(0)).tolist() == key_data(jax.random.PRNGKey(0)).tolist()
+        True
+    """
+    dtype = getattr(key, "dtype", None)
+    if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        return np.asarray(jax.random.key_data(key))
+    return np.asarray(key)
