@@ -139,6 +139,28 @@ def test_restarts_resume_and_best(scale_problem, tmp_path):
     assert np.array_equal(np.asarray(res.params["s"]), np.asarray(ref.params["s"]))
 
 
+def test_checkpoint_format_is_pinned(scale_problem, tmp_path):
+    # the on-disk format that existing checkpoints were written in: keys, order, arrays
+    build, y, _ = scale_problem
+    kw = dict(transforms={"s": Positive()}, steps=4, restarts=1, tol=0.0, progress=False)
+    fit(build, {"s": 1.0}, y, checkpoint=tmp_path / "f", checkpoint_every=2, **kw)
+    meta = json.loads((tmp_path / "f.json").read_text())
+    assert list(meta) == [
+        "restart", "step", "stall", "done", "stopped", "message", "restart_losses",
+        "version", "optimizer", "npz_sha256", "n_param_leaves", "n_state_leaves",
+        "has_last_good", "best", "steps", "restarts",
+    ]  # fmt: skip
+    assert list(meta["best"]) == ["loss", "n_steps", "converged", "success", "message", "restart"]
+    assert meta["version"] == 1 and meta["restart"] == 2 and meta["has_last_good"]
+    n_s = meta["n_state_leaves"]
+    with np.load(tmp_path / "f.npz", allow_pickle=False) as z:
+        assert z.files == [
+            "history", "rng_key", "u_0", *(f"s_{i}" for i in range(n_s)), "g_0", "b_0",
+            "best_history",
+        ]  # fmt: skip
+        assert z["best_history"].shape == (meta["best"]["n_steps"],)
+
+
 def test_resume_false_and_mismatch(scale_problem, tmp_path):
     build, y, _ = scale_problem
     kw = dict(transforms={"s": Positive()}, steps=3, checkpoint=tmp_path / "m", progress=False)

@@ -95,7 +95,7 @@ def load_json(path: str | os.PathLike[str]) -> Any:
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     """The bytes of an uncompressed ``.npz`` holding ``arrays`` (no object arrays)."""
     buf = io.BytesIO()
-    clean = {}
+    clean: dict[str, Any] = {}
     for k, v in arrays.items():
         a = np.asarray(v)
         if a.dtype == object:

@@ -120,14 +120,12 @@ def unconstrained_loss(
     Returns:
         ``u -> loss`` with shape ``()``.
     """
+    loss_c: Callable[[Any], Any] = build_or_loss
     if y is not None:
         y_arr = jnp.asarray(y)
 
         def loss_c(p: Any) -> Any:
             return -build_or_loss(p).log_marginal_likelihood(y_arr)
-
-    else:
-        loss_c = build_or_loss
 
     def loss_u(u: Any) -> jax.Array:
         return jnp.asarray(loss_c(to_constrained(u, transforms))).reshape(())

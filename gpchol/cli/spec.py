@@ -37,12 +37,15 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import functools
+import operator
+from typing import Any, cast
 
+import jax
 import jax.numpy as jnp
 
+from gpchol import kernels as K
 from gpchol._base.transforms import Positive, Transform
-from gpchol.kernels import _library as K
 
 __all__ = ["KERNEL_NAMES", "LogPositive", "ModelSpec", "SpecError"]
 
@@ -81,11 +84,11 @@ class LogPositive(Transform):
         3.0
     """
 
-    def forward(self, u: Any):
+    def forward(self, u: Any) -> jax.Array:
         """``exp(u)``, shape ``(...)``."""
         return jnp.exp(jnp.asarray(u))
 
-    def inverse(self, c: Any):
+    def inverse(self, c: Any) -> jax.Array:
         """``log(c)``, shape ``(...)``; ``c > 0``."""
         return jnp.log(jnp.asarray(c))
 
@@ -251,7 +254,7 @@ class ModelSpec:
         """The transforms of :meth:`init_params` (``Positive`` or ``None``)."""
         return {k: t for k, (_, t) in self._table().items()}
 
-    def build(self, params: dict[str, Any]):
+    def build(self, params: dict[str, Any]) -> tuple[K.Kernel, jax.Array]:
         """``params -> (kernel, noise variance)``.
 
         Args:
@@ -271,15 +274,14 @@ class ModelSpec:
                 lengthscale=p["medium.lengthscale"], alpha=p["medium.alpha"]
             )
             short = p["short.amplitude"] * K.ExpSquared(p["short.lengthscale"])
-            return long + seasonal + medium + short, p["noise"]
-        kernel = None
+            return cast(K.Kernel, long + seasonal + medium + short), p["noise"]
+        terms = []
         for i, kinds in enumerate(self.terms):
-            prod = None
-            for kind in kinds:
-                fp = {name: p[f"t{i}.{kind}.{name}"] for name in _factor_params(kind, self.d)}
-                f = _make_factor(kind, fp)
-                prod = f if prod is None else prod * f
-            term = p[f"t{i}.amplitude"] * prod
-            kernel = term if kernel is None else kernel + term
+            factors = [
+                _make_factor(kind, {n: p[f"t{i}.{kind}.{n}"] for n in _factor_params(kind, self.d)})
+                for kind in kinds
+            ]
+            terms.append(p[f"t{i}.amplitude"] * functools.reduce(operator.mul, factors))
+        kernel = cast(K.Kernel, functools.reduce(operator.add, terms))
         noise = p["noise"] if self.learn_noise else jnp.asarray(self.fixed_noise)
         return kernel, noise
