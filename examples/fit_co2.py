@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=200, help="max L-BFGS steps (default 200)")
     ap.add_argument("--every", type=int, default=1, help="keep every k-th month (default 1)")
@@ -33,7 +33,7 @@ def main(argv=None) -> None:
     X, y = data.X[:: args.every], data.y[:: args.every]
     spec = ModelSpec.parse("co2", 1)  # R&W kernel, initial values, log-scale transforms
 
-    def build(p):
+    def build(p: dict[str, jax.Array]) -> GaussianProcess:
         kernel, noise = spec.build(p)
         return GaussianProcess(kernel, X, noise=noise, mean=float(y.mean()))
 

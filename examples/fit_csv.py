@@ -17,7 +17,7 @@ import os
 import tempfile
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--csv", help="your CSV (default: a synthetic one)")
     ap.add_argument("--x", default="t", help="input column(s), comma-separated")

@@ -1,16 +1,21 @@
 """The ``gpchol`` command line end to end (subprocesses): fit, predict and bad input."""
 
+from __future__ import annotations
+
 import csv
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+CompletedRun = subprocess.CompletedProcess[str]
 
-def run(args, cwd, timeout=300):
+
+def run(args: list[str], cwd: pathlib.Path, timeout: float = 300) -> CompletedRun:
     env = dict(os.environ)
     env.pop("GPCHOL_DEBUG", None)
     return subprocess.run(
@@ -23,7 +28,7 @@ def run(args, cwd, timeout=300):
     )
 
 
-def assert_clean_error(proc, *words):
+def assert_clean_error(proc: CompletedRun, *words: str) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln]
@@ -34,13 +39,13 @@ def assert_clean_error(proc, *words):
 
 
 @pytest.fixture(scope="module")
-def co2_fit(tmp_path_factory):
+def co2_fit(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, CompletedRun]:
     d = tmp_path_factory.mktemp("co2")
     proc = run(["fit", "--steps", "3", "--out", "m.json"], cwd=d)
     return d, proc
 
 
-def test_fit_default_co2(co2_fit):
+def test_fit_default_co2(co2_fit: tuple[pathlib.Path, CompletedRun]) -> None:
     d, proc = co2_fit
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -56,7 +61,7 @@ def test_fit_default_co2(co2_fit):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
-def test_predict_from_the_fitted_model(co2_fit):
+def test_predict_from_the_fitted_model(co2_fit: tuple[pathlib.Path, CompletedRun]) -> None:
     d, _ = co2_fit
     (d / "new.csv").write_text("t\n1990.5\n2005.0\n")
     proc = run(["predict", "--model", "m.json", "--csv", "new.csv"], cwd=d)
@@ -71,7 +76,7 @@ def test_predict_from_the_fitted_model(co2_fit):
     assert proc.returncode == 0 and (d / "p.csv").read_text().startswith("t,mean,std,std_y")
 
 
-def test_fit_csv_and_predict(tmp_path):
+def test_fit_csv_and_predict(tmp_path: pathlib.Path) -> None:
     rng = np.random.default_rng(0)
     x = np.sort(rng.uniform(0, 6, 30))
     lines = ["x,z,target"] + [
@@ -108,7 +113,7 @@ def test_fit_csv_and_predict(tmp_path):
 
 
 @pytest.fixture
-def csvs(tmp_path):
+def csvs(tmp_path: pathlib.Path) -> pathlib.Path:
     (tmp_path / "ok.csv").write_text("a,b\n" + "".join(f"{i},{i * i}\n" for i in range(6)))
     (tmp_path / "text.csv").write_text("a,b\n1,2\n2,abc\n3,4\n")
     (tmp_path / "nan.csv").write_text("a,b\n1,2\n2,nan\n3,4\ninf,5\n6,7\n7,8\n")
@@ -140,11 +145,13 @@ def csvs(tmp_path):
         "missing-model",
     ],
 )
-def test_bad_input_one_line_no_traceback(csvs, args, words):
+def test_bad_input_one_line_no_traceback(
+    csvs: pathlib.Path, args: list[str], words: list[str]
+) -> None:
     assert_clean_error(run(args, cwd=csvs, timeout=120), *words)
 
 
-def test_dropna_drops_the_bad_rows(csvs):
+def test_dropna_drops_the_bad_rows(csvs: pathlib.Path) -> None:
     proc = run(
         [
             "fit",

@@ -1,7 +1,12 @@
 """gpchol.fit: optimum on synthetic data, Adam and L-BFGS, checkpoint/resume, failures."""
 
+from __future__ import annotations
+
 import json
 import os
+import pathlib
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -10,9 +15,11 @@ import pytest
 
 from gpchol import FitResult, GaussianProcess, Positive, fit, kernels
 
+ScaleProblem = tuple[Callable[[dict[str, Any]], GaussianProcess], np.ndarray, float]
+
 
 @pytest.fixture(scope="module")
-def scale_problem():
+def scale_problem() -> ScaleProblem:
     """y ~ N(0, s K0): the maximum-likelihood scale is s* = y^T K0^-1 y / n (closed form)."""
     rng = np.random.default_rng(3)
     n = 40
@@ -21,14 +28,16 @@ def scale_problem():
     y = np.linalg.cholesky(2.5 * K0) @ rng.standard_normal(n)
     s_star = float(y @ np.linalg.solve(K0, y) / n)
 
-    def build(p):
+    def build(p: dict[str, Any]) -> GaussianProcess:
         return GaussianProcess(p["s"] * kernels.ExpSquared(0.7), X, noise=p["s"] * 0.1)
 
     return build, y, s_star
 
 
 @pytest.mark.parametrize("optimizer, steps, rtol", [("lbfgs", 100, 1e-7), ("adam", 400, 1e-3)])
-def test_reaches_known_optimum(scale_problem, optimizer, steps, rtol):
+def test_reaches_known_optimum(
+    scale_problem: ScaleProblem, optimizer: str, steps: int, rtol: float
+) -> None:
     build, y, s_star = scale_problem
     res = fit(
         build,
@@ -50,7 +59,7 @@ def test_reaches_known_optimum(scale_problem, optimizer, steps, rtol):
         assert res.converged and "converged" in res.message
 
 
-def test_plain_loss_and_optax_transform():
+def test_plain_loss_and_optax_transform() -> None:
     target = jnp.array([1.0, -2.0, 3.0])
     res = fit(lambda p: jnp.sum((p - target) ** 2), jnp.zeros(3), optimizer="lbfgs", progress=False)
     np.testing.assert_allclose(res.params, target, atol=1e-6)
@@ -67,8 +76,8 @@ def test_plain_loss_and_optax_transform():
     np.testing.assert_allclose(res2.params, target, atol=1e-4)
 
 
-def _interrupt_at(k):
-    def cb(step, params, loss):
+def _interrupt_at(k: int) -> Callable[[int, Any, float], None]:
+    def cb(step: int, params: Any, loss: float) -> None:
         if step == k:
             raise KeyboardInterrupt
 
@@ -76,7 +85,9 @@ def _interrupt_at(k):
 
 
 @pytest.mark.parametrize("optimizer", ["lbfgs", "adam"])
-def test_checkpoint_resume_equals_uninterrupted(scale_problem, tmp_path, optimizer):
+def test_checkpoint_resume_equals_uninterrupted(
+    scale_problem: ScaleProblem, tmp_path: pathlib.Path, optimizer: str
+) -> None:
     build, y, _ = scale_problem
     kw = dict(
         transforms={"s": Positive()},
@@ -112,7 +123,7 @@ def test_checkpoint_resume_equals_uninterrupted(scale_problem, tmp_path, optimiz
     assert np.array_equal(np.asarray(again.params["s"]), np.asarray(ref.params["s"]))
 
 
-def test_restarts_resume_and_best(scale_problem, tmp_path):
+def test_restarts_resume_and_best(scale_problem: ScaleProblem, tmp_path: pathlib.Path) -> None:
     build, y, s_star = scale_problem
     kw = dict(
         transforms={"s": Positive()},
@@ -128,7 +139,7 @@ def test_restarts_resume_and_best(scale_problem, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         calls = {"n": 0}
 
-        def cb(step, params, loss):
+        def cb(step: int, params: Any, loss: float) -> None:
             calls["n"] += 1
             if calls["n"] == 20:  # inside the second start
                 raise KeyboardInterrupt
@@ -139,7 +150,7 @@ def test_restarts_resume_and_best(scale_problem, tmp_path):
     assert np.array_equal(np.asarray(res.params["s"]), np.asarray(ref.params["s"]))
 
 
-def test_checkpoint_format_is_pinned(scale_problem, tmp_path):
+def test_checkpoint_format_is_pinned(scale_problem: ScaleProblem, tmp_path: pathlib.Path) -> None:
     # the on-disk format that existing checkpoints were written in: keys, order, arrays
     build, y, _ = scale_problem
     kw = dict(transforms={"s": Positive()}, steps=4, restarts=1, tol=0.0, progress=False)
@@ -161,7 +172,7 @@ def test_checkpoint_format_is_pinned(scale_problem, tmp_path):
         assert z["best_history"].shape == (meta["best"]["n_steps"],)
 
 
-def test_resume_false_and_mismatch(scale_problem, tmp_path):
+def test_resume_false_and_mismatch(scale_problem: ScaleProblem, tmp_path: pathlib.Path) -> None:
     build, y, _ = scale_problem
     kw = dict(transforms={"s": Positive()}, steps=3, checkpoint=tmp_path / "m", progress=False)
     fit(build, {"s": 1.0}, y, **kw)
@@ -173,7 +184,9 @@ def test_resume_false_and_mismatch(scale_problem, tmp_path):
     assert res.n_steps == 3
 
 
-def test_atomic_checkpoint_write(scale_problem, tmp_path, monkeypatch):
+def test_atomic_checkpoint_write(
+    scale_problem: ScaleProblem, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     build, y, _ = scale_problem
     ck = tmp_path / "a"
     kw = dict(
@@ -189,7 +202,7 @@ def test_atomic_checkpoint_write(scale_problem, tmp_path, monkeypatch):
 
     from gpchol._internal import io as io_mod
 
-    def boom(*a, **k):
+    def boom(*a: Any, **k: Any) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(io_mod.os, "replace", boom)
@@ -201,9 +214,9 @@ def test_atomic_checkpoint_write(scale_problem, tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["a.json", "a.npz"]  # no temporary files left
 
 
-def test_nonfinite_step_keeps_last_good_params():
+def test_nonfinite_step_keeps_last_good_params() -> None:
     # finite for p < 2 only; Adam with a big step walks into the NaN region
-    def loss(p):
+    def loss(p: jax.Array) -> jax.Array:
         return jnp.where(p < 2.0, (p - 5.0) ** 2, jnp.nan)
 
     seen = []
@@ -223,12 +236,14 @@ def test_nonfinite_step_keeps_last_good_params():
         assert word in res.message
 
 
-def test_nonfinite_initial_loss_is_an_error():
+def test_nonfinite_initial_loss_is_an_error() -> None:
     with pytest.raises(ValueError, match="initial parameters"):
         fit(lambda p: jnp.log(p - 10.0), 1.0, progress=False)
 
 
-def test_progress_line_on_stderr(scale_problem, capsys):
+def test_progress_line_on_stderr(
+    scale_problem: ScaleProblem, capsys: pytest.CaptureFixture[str]
+) -> None:
     build, y, _ = scale_problem
     fit(build, {"s": 1.0}, y, transforms={"s": Positive()}, steps=5, progress=True)
     err = capsys.readouterr().err
@@ -244,6 +259,6 @@ def test_progress_line_on_stderr(scale_problem, capsys):
         (dict(checkpoint_every=0), "checkpoint_every"),
     ],
 )
-def test_bad_arguments(kwargs, match):
+def test_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         fit(lambda p: p**2, 1.0, progress=False, **kwargs)
