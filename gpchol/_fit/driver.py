@@ -236,17 +236,7 @@ def fit(
         while state.restart < plan.n_starts:
             if plan.n_starts > 1:
                 bar.label = f"{label} start {state.restart + 1}/{plan.n_starts}"
-            _run_steps(plan, state, bar)
-            if state.stopped is None:
-                state.stop(
-                    "steps",
-                    f"reached steps={plan.steps} without meeting tol={plan.tol:g}; raise steps "
-                    "or tol for a converged fit.",
-                )
-            bar.update(state.step, state.history[-1] if state.history else math.nan, force=True)
-            bar.close()
-            _end_start(plan, state)
-            _save(plan, state)
+            _run_start(plan, state, bar)
     finally:
         bar.close()
     return _result(plan, state, has_y=y is not None)
@@ -333,6 +323,21 @@ def _run_steps(plan: FitPlan, state: FitState, bar: ProgressLine) -> None:
         _check_stop(plan, state, prev, v)
         if state.step % plan.checkpoint_every == 0 or state.done:
             _save(plan, state)
+
+
+def _run_start(plan: FitPlan, state: FitState, bar: ProgressLine) -> None:
+    """Runs the current start to its end, records it and checkpoints the next one."""
+    _run_steps(plan, state, bar)
+    if state.stopped is None:
+        state.stop(
+            "steps",
+            f"reached steps={plan.steps} without meeting tol={plan.tol:g}; raise steps "
+            "or tol for a converged fit.",
+        )
+    bar.update(state.step, state.history[-1] if state.history else math.nan, force=True)
+    bar.close()
+    _end_start(plan, state)
+    _save(plan, state)
 
 
 def _stop_nonfinite(state: FitState, v: float) -> None:
