@@ -99,12 +99,13 @@ def main():
     jax.config.update("jax_enable_x64", True)
     from gpchol import distributed as gd
     from gpchol import kernels
-    from gpchol.distributed import _api, _local
+    from gpchol._internal import distributed_api as _api
+    from gpchol._internal import distributed_local as _local
 
     Pr, Pc = 2, 4
     mesh = jax.make_mesh((Pr, Pc), ("r", "c"))
     n = args.n
-    T = args.tile if args.tile is not None else _api._default_tile(n, Pr, Pc)
+    T = args.tile if args.tile is not None else _api.default_tile(n, Pr, Pc)
     dtype = np.dtype(args.dtype)
     item = dtype.itemsize
     spec = NamedSharding(mesh, P("r", "c"))

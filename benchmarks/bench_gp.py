@@ -34,8 +34,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     jax.config.update("jax_enable_x64", True)
-    from gpchol import kernels
-    from gpchol._gp.model import GaussianProcess
+    from gpchol import GaussianProcess, kernels
 
     def params(u):
         return jnp.exp(u[0]), jnp.exp(u[1]), jnp.exp(u[2])

@@ -26,9 +26,7 @@ def _gpchol(steps: int):
     import numpy as np
 
     jax.config.update("jax_enable_x64", True)
-    from gpchol import datasets
-    from gpchol._fit.driver import fit
-    from gpchol._gp.model import GaussianProcess
+    from gpchol import GaussianProcess, datasets, fit
     from gpchol.cli.spec import ModelSpec
 
     data = datasets.load("co2", monthly=True)

@@ -111,8 +111,7 @@ class GpcholGPAdapter(_JaxAdapter):
     requires = ("gpchol._gp.model",)
 
     def logp(self, theta, X, y):
-        from gpchol import kernels
-        from gpchol._gp.model import GaussianProcess
+        from gpchol import GaussianProcess, kernels
 
         gp = GaussianProcess(a_kernel(kernels, theta), X, noise=theta[2])
         return gp.log_marginal_likelihood(y)

@@ -16,8 +16,8 @@ from gpchol._base.transforms import (
 )
 from gpchol._fit import FitResult, fit
 from gpchol._gp import GaussianProcess, Posterior
-from gpchol._linalg.cholesky import cholesky, cholesky_with_status
 from gpchol._linalg.solve import cho_inverse, cho_solve, logdet, mvn_logpdf, solve_triangular
+from gpchol._routing import cholesky, cholesky_with_status
 from gpchol.means import as_mean
 
 __version__ = "0.1.0"

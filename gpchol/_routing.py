@@ -1,8 +1,22 @@
-"""Hook used by :func:`gpchol.cholesky` to route a 2D-sharded input to the sharded path."""
+"""The public Cholesky entry points, which route by input: a matrix sharded over a mesh
+goes to :mod:`gpchol.distributed` (2D block-cyclic, never gathered), everything else to the
+one-device core (:mod:`gpchol._linalg.cholesky`).
+
+This module sits above both, which keeps the one-device core free of any import of the
+distributed layer.
+"""
 
 from __future__ import annotations
 
+import jax
 from jax.sharding import NamedSharding
+
+from gpchol._base.validate import check_jitter, is_concrete
+from gpchol._linalg.backends import Backend
+from gpchol._linalg.cholesky import factor_with_status
+from gpchol._linalg.status import raise_if_failed
+
+__all__ = ["cholesky", "cholesky_with_status", "maybe_sharded_cholesky"]
 
 
 def maybe_sharded_cholesky(a, tile_size=None):
@@ -30,7 +44,7 @@ def maybe_sharded_cholesky(a, tile_size=None):
     flat = [y for x in names for y in (x if isinstance(x, tuple) else (x,))]
     if not flat or all(s.mesh.shape[x] == 1 for x in flat):
         return None
-    from gpchol.distributed._api import potrf
+    from gpchol.distributed import potrf
 
     n = a.shape[0]
     T = tile_size
@@ -38,3 +52,96 @@ def maybe_sharded_cholesky(a, tile_size=None):
         Pr = max(s.mesh.shape[x] for x in flat)
         T = max(1, min(int(T), n // Pr))
     return potrf(a, T, s.mesh, donate=False, return_status=True)
+
+
+def cholesky_with_status(
+    a: object,
+    *,
+    tile_size: int | None = None,
+    backend: str | Backend = "auto",
+    jitter: object = None,
+) -> tuple[jax.Array, ...]:
+    r"""Cholesky factor and LAPACK-style status, usable inside ``jit``.
+
+    Computes the lower-triangular ``L`` with ``L L^T = (A + A^T) / 2``. Differentiable in
+    forward and reverse mode with respect to ``a`` (see :func:`cholesky`).
+
+    Args:
+        a: ``(..., n, n)`` float32 or float64 symmetric positive-definite matrices.
+        tile_size: block size of the tiled forward pass and of the blocked adjoint;
+            default depends on ``n`` and the dtype.
+        backend: ``"auto"``, ``"xla"`` (``jax.lax.linalg.cholesky`` forward),
+            ``"tiled"`` (gpchol's own blocked forward in JAX) or ``"cuda"`` (gpchol's CUDA
+            kernels; needs a GPU and the built ``kernels_cuda`` library).
+        jitter: ``None``, a float, or a tuple of floats tried in order: the factor of
+            ``A + jitter * I`` for the first value that succeeds is returned. Never applied
+            unless asked for.
+
+    Returns:
+        ``(L, status)`` where ``L`` has shape ``(..., n, n)`` and ``status`` is int32 of
+        shape ``(...)``: 0 on success, else the 1-based index of the first failing pivot.
+        A failed factor is all NaN. With ``jitter`` given, returns
+        ``(L, status, jitter_used)`` where ``jitter_used`` (shape ``(...)``) is the value
+        kept (the last one tried if all failed).
+
+    Example:
+        >>> import jax.numpy as jnp, gpchol
+        >>> L, status = gpchol.cholesky_with_status(jnp.array([[4.0, 2.0], [2.0, 3.0]]))
+        >>> L.tolist(), int(status)
+        ([[2.0, 0.0], [1.0, 1.4142135381698608]], 0)
+    """
+    if jitter is None and backend == "auto":
+        out = maybe_sharded_cholesky(a, tile_size)
+        if out is not None:
+            return out
+    return factor_with_status(a, tile_size=tile_size, backend=backend, jitter=jitter)
+
+
+def cholesky(
+    a: object,
+    *,
+    tile_size: int | None = None,
+    backend: str | Backend = "auto",
+    check: bool = False,
+    jitter: object = None,
+) -> jax.Array:
+    r"""Lower Cholesky factor ``L`` with ``L L^T = (A + A^T) / 2``, differentiable.
+
+    The reverse-mode derivative is Murray's blocked adjoint (about twice the forward
+    flops), keeping only ``L`` between the passes; forward mode uses
+    ``dL = L Phi(L^-1 dA L^-T)``. The gradient is the symmetric one, equal to what
+    ``jax.grad`` gives through ``jnp.linalg.cholesky``.
+
+    Args:
+        a: ``(..., n, n)`` float32 or float64 symmetric positive-definite matrices.
+        tile_size: block size (see :func:`cholesky_with_status`).
+        backend: ``"auto"``, ``"xla"``, ``"tiled"`` or ``"cuda"``.
+        check: if True, raise :class:`gpchol.NotPositiveDefiniteError` when a matrix is
+            not positive definite. Needs concrete values: inside ``jit`` use
+            :func:`cholesky_with_status` instead.
+        jitter: ``None``, a float or a tuple of floats tried in order (see
+            :func:`cholesky_with_status`).
+
+    Returns:
+        ``(..., n, n)`` lower-triangular factor; NaN where the factorization failed
+        (unless ``check=True``, which raises instead).
+
+    Example:
+        >>> import jax.numpy as jnp, gpchol
+        >>> a = jnp.array([[4.0, 2.0], [2.0, 3.0]])
+        >>> L = gpchol.cholesky(a)
+        >>> bool(jnp.allclose(L @ L.T, a))
+        True
+    """
+    if check and not is_concrete(a):
+        raise ValueError(
+            "cholesky(..., check=True) needs concrete values and cannot run inside "
+            "jax.jit/vmap/grad tracing. Inside jit use `L, status = "
+            "gpchol.cholesky_with_status(a)` and test `status == 0` (0 = success, else the "
+            "1-based index of the first failing pivot)."
+        )
+    out = cholesky_with_status(a, tile_size=tile_size, backend=backend, jitter=jitter)
+    L, status = out[0], out[1]
+    if check:
+        raise_if_failed(a, status, check_jitter(jitter))
+    return L

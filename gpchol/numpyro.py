@@ -62,100 +62,28 @@ from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import lazy_property, validate_sample
 
-from gpchol._base.validate import as_inputs
-from gpchol._linalg.cholesky import (
-    _array_platform,
-    _chol,
-    _linear_chol_tangent,
-    _mT,
-    _prepare,
-    _symmetrize,
-)
-from gpchol._linalg.solve import _mvn_value, _whole_tangent, cho_inverse, solve_triangular
+from gpchol._base.validate import as_inputs, check_jitter
+from gpchol._linalg.backends import array_platform, prepare
+from gpchol._linalg.blocks import mT, symmetrize
+from gpchol._linalg.cholesky import guarded_chol
+from gpchol._linalg.gaussian import LOG_2PI, DenseCovariance, GaussianRule, gaussian_loglik
+from gpchol._linalg.solve import cho_inverse, solve_triangular
 from gpchol.means import as_mean
 
 __all__ = ["GaussianProcessMarginal", "MultivariateNormal", "latent_gp"]
-
-_LOG_2PI = math.log(2.0 * math.pi)
-
-
-# ----------------------------------------------------------------------------------------
-# The guarded factorization: (L or I, ok) with finite derivatives when it fails
-# ----------------------------------------------------------------------------------------
-
-
-def _mask(ok, x, fill):
-    return jnp.where(ok[..., None, None], x, fill)
-
-
-@partial(jax.custom_jvp, nondiff_argnums=(1, 2))
-def _guarded_chol(a, backend, nb):
-    """``(L_safe, ok)`` of a symmetric ``a``: ``L`` where it factors, the identity where not.
-
-    Primal: gpchol's forward pass with status (``_chol``). Derivative: gpchol's rules
-    (forward ``dL = L Phi(L^-1 dA L^-T)``, reverse the blocked Murray adjoint) evaluated at
-    ``L_safe`` and masked by ``ok`` on both sides, so that a failed element contributes an
-    exact zero and never a NaN (``0 * NaN`` would be NaN).
-    """
-    L, status = _chol(a, backend, nb)
-    ok = status == 0
-    eye = jnp.eye(a.shape[-1], dtype=a.dtype)
-    return _mask(ok, L, eye), ok
-
-
-@_guarded_chol.defjvp
-def _guarded_chol_jvp(backend, nb, primals, tangents):
-    (a,), (a_dot,) = primals, tangents
-    Ls, ok = _guarded_chol(a, backend, nb)
-    a_dot = _mask(ok, a_dot, 0.0)
-
-    # The same linear map gpchol's own Cholesky rule attaches (see gpchol._linalg.cholesky).
-    L_dot = _linear_chol_tangent(Ls, a_dot, backend, nb)
-    L_dot = _mask(ok, L_dot, 0.0)
-    return (Ls, ok), (L_dot, np.zeros(ok.shape, jax.dtypes.float0))
-
-
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
-def _guarded_mvn(r, cov, backend, nb):
-    """``log N(r | 0, cov)``, ``-inf`` where ``cov`` does not factor; whole-likelihood rule.
-
-    ``r`` is ``B + (n,)`` and ``cov`` ``B + (n, n)`` (the same batch shape ``B``). The
-    derivative is the one of :func:`gpchol.mvn_logpdf` with ``gradient="whole"`` (R&W
-    2006, eq. 5.9, ``alpha = K^-1 r``)::
-
-        d logp = -alpha . dr + < (alpha alpha^T - K^-1) / 2, dK >
-
-    stated as a JVP linear in the tangents (JAX transposes it for reverse mode), with
-    ``K^-1`` from the factor (LAPACK ``potri`` on the CPU). Where the factorization failed
-    the factor is replaced by the identity (finite) and the tangent is an exact zero.
-    """
-    Ls, ok = _guarded_chol(cov, backend, nb)
-    return jnp.where(ok, _mvn_value(r, Ls)[0], -jnp.inf)
-
-
-def _guarded_mvn_jvp(backend, nb, primals, tangents):
-    r, cov = primals
-    r_dot, cov_dot = tangents
-    Ls, ok = _guarded_chol(cov, backend, nb)
-    value, alpha = _mvn_value(r, Ls)
-    out = _whole_tangent(Ls, alpha, r_dot, cov_dot, nb)
-    return jnp.where(ok, value, -jnp.inf), jnp.where(ok, out, 0.0)
-
-
-_guarded_mvn.defjvp(_guarded_mvn_jvp, symbolic_zeros=True)
 
 
 @partial(jax.jit, static_argnums=(1, 2))
 def _factor_jit(a, backend, nb):
     # One compiled program per shape in eager use (inlined under an outer jit).
-    return _guarded_chol(_symmetrize(a), backend, nb)
+    return guarded_chol(symmetrize(a), backend, nb)
 
 
 def _factor(a):
     """Symmetrize ``a`` and factor it with the guarded gpchol Cholesky."""
     if a.shape[-1] == 0:
         return a, jnp.ones(a.shape[:-2], bool)
-    a, nb, be = _prepare(a, None, "auto", name="covariance")
+    a, nb, be = prepare(a, None, "auto", name="covariance")
     return _factor_jit(a, be, nb)
 
 
@@ -213,7 +141,7 @@ def _solve_lower(L, b):
 
 def _upper_t_matmul(M, b):
     # M^T b with M lower triangular (the precision path: r^T P r = ||M^T r||^2).
-    return _mT(M) @ b
+    return mT(M) @ b
 
 
 # ----------------------------------------------------------------------------------------
@@ -382,13 +310,13 @@ class MultivariateNormal(Distribution):
             eye = jnp.broadcast_to(jnp.eye(n, dtype=F.dtype), F.shape)
             minv_t = solve_triangular(F, eye, lower=True, transpose=True)  # M^-T, upper
             F = minv_t[..., ::-1, ::-1]
-        return _mask(ok, F, jnp.nan)
+        return jnp.where(ok[..., None, None], F, jnp.nan)
 
     @lazy_property
     def covariance_matrix(self):
         """``(..., n, n)`` covariance ``L L^T``."""
         L = self.scale_tril
-        return L @ _mT(L)
+        return L @ mT(L)
 
     @lazy_property
     def precision_matrix(self):
@@ -450,11 +378,12 @@ class MultivariateNormal(Distribution):
         n = cov.shape[-1]
         if value.shape[:-1] != self.batch_shape or cov.shape[:-2] != self.batch_shape:
             return None
-        cov, nb, be = _prepare(cov, None, "auto", name="covariance")
-        if be == "cuda" or _array_platform(cov) != "cpu" or n == 0:
+        cov, nb, be = prepare(cov, None, "auto", name="covariance")
+        if not be.whole_rule_default or array_platform(cov) != "cpu" or n == 0:
             return None
         r = jnp.broadcast_to(value - self.loc, self.batch_shape + (n,)).astype(cov.dtype)
-        return _guarded_mvn(r, _symmetrize(cov), be, nb)
+        rule = GaussianRule(be, nb, guarded=True)
+        return gaussian_loglik(DenseCovariance(symmetrize(cov)), r, rule)[0]
 
     @validate_sample
     def log_prob(self, value):
@@ -477,7 +406,7 @@ class MultivariateNormal(Distribution):
             maha = _sum_sq_columns(F, r[..., ::-1], _upper_t_matmul)
         else:
             maha = _sum_sq_columns(F, r, _solve_lower)
-        lp = -0.5 * maha - self._half_logdet(F) - 0.5 * n * _LOG_2PI
+        lp = -0.5 * maha - self._half_logdet(F) - 0.5 * n * LOG_2PI
         if ok is not None:
             lp = jnp.where(ok, lp, -jnp.inf)
         return lp
@@ -486,7 +415,7 @@ class MultivariateNormal(Distribution):
         """``batch_shape`` entropies, ``n (1 + log 2 pi) / 2 + log det Sigma / 2``."""
         F, ok = self._get_factor()
         n = F.shape[-1]
-        h = 0.5 * n * (_LOG_2PI + 1.0) + self._half_logdet(F)
+        h = 0.5 * n * (LOG_2PI + 1.0) + self._half_logdet(F)
         if ok is not None:
             h = jnp.where(ok, h, jnp.nan)
         return jnp.broadcast_to(h, self.batch_shape)
@@ -510,20 +439,6 @@ class MultivariateNormal(Distribution):
 # ----------------------------------------------------------------------------------------
 # Gaussian-process marginal and latent GP
 # ----------------------------------------------------------------------------------------
-
-
-def _check_jitter(jitter):
-    if jitter is None:
-        return None
-    if isinstance(jitter, (tuple, list)):
-        raise TypeError(
-            "jitter must be a single float here (a schedule that retries with a larger "
-            "jitter would make the density discontinuous in the sampled parameters)."
-        )
-    j = float(jitter)
-    if not math.isfinite(j) or j < 0:
-        raise ValueError(f"jitter must be finite and >= 0; got {jitter!r}.")
-    return j
 
 
 def _diag_term(noise, jitter, n, dtype):
@@ -627,7 +542,7 @@ class GaussianProcessMarginal(MultivariateNormal):
         self.X = X
         self.noise = noise
         self.mean_function = as_mean(mean)
-        self.jitter = _check_jitter(jitter)
+        self.jitter = (check_jitter(jitter, schedule=False) or (None,))[0]
         self.mesh = mesh
         loc = self.mean_function(X)
         if mesh is not None:
@@ -720,7 +635,7 @@ def latent_gp(name, kernel, X, mean=0.0, jitter=1e-6):
     """
     X = as_inputs(X)
     n = X.shape[0]
-    j = _check_jitter(jitter) or 0.0
+    j = (check_jitter(jitter, schedule=False) or (0.0,))[0]
     K = kernel(X, X)
     K = K + j * jnp.eye(n, dtype=K.dtype)
     L, ok = _factor(K)

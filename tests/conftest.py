@@ -1,33 +1,23 @@
-"""Test configuration: 8 simulated CPU devices and float64 enabled for the test session.
+"""Test helpers: the seeded random generator and random SPD matrices.
 
-``XLA_FLAGS`` must be set before JAX is imported for the simulated devices to exist, so
-it is set here, at the top of conftest (the package itself never touches the
-environment or enables x64).
+The session set-up (8 simulated CPU devices, float64) is in the repository's top-level
+``conftest.py``. Random inputs come from a fixed default seed, varied with the
+environment variable ``GPCHOL_TEST_SEED`` (an integer); each test's seed mixes it with the
+test's name and is printed, so pytest shows it with any failure.
 """
 
 import os
+import zlib
 
-_flag = "--xla_force_host_platform_device_count=8"
-if _flag not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
-
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
+import numpy as np
+import pytest
 
 
 @pytest.fixture
-def rng():
-    """A fresh random generator per test; the seed is printed (shown when a test fails)."""
-    seed = int(np.random.SeedSequence().entropy % (2**32))
-    print(f"rng seed = {seed}")
+def rng(request):
+    """A random generator per test, seeded from ``GPCHOL_TEST_SEED`` (default 0) and the
+    test's name; the seed is printed (pytest shows it when the test fails)."""
+    base = int(os.environ.get("GPCHOL_TEST_SEED", "0"))
+    seed = (base * 1_000_003 + zlib.crc32(request.node.nodeid.encode())) % (2**32)
+    print(f"rng seed = {seed} (GPCHOL_TEST_SEED={base}, {request.node.nodeid})")
     return np.random.default_rng(seed)
-
-
-def random_spd(rng, n, batch=(), dtype=np.float64, cond=None):
-    """Random well-conditioned SPD matrices of shape ``batch + (n, n)`` (float64 made)."""
-    m = rng.standard_normal(batch + (n, n))
-    a = m @ np.swapaxes(m, -1, -2) / max(n, 1) + np.eye(n)
-    return a.astype(dtype)

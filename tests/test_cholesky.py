@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_spd
+from helpers import random_spd
 from jax.test_util import check_grads
 
 import gpchol

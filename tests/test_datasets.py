@@ -1,13 +1,10 @@
 """Shipped data sets: files present as package data, shapes, values, options, errors."""
 
-import doctest
 import importlib.resources
 
 import numpy as np
 import pytest
 
-import gpchol.datasets
-import gpchol.datasets._load
 from gpchol.datasets import DATASETS, Dataset, load
 
 
@@ -130,11 +127,3 @@ def test_dataset_attribute_access():
     with pytest.raises(AttributeError, match="no field 'nope'"):
         _ = d.nope
     assert "X" in dir(d)
-
-
-@pytest.mark.parametrize(
-    "module", [gpchol.datasets, gpchol.datasets._load], ids=lambda m: m.__name__
-)
-def test_docstring_examples_run(module):
-    result = doctest.testmod(module)
-    assert result.attempted > 0 and result.failed == 0

@@ -11,14 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random_spd
+from helpers import random_spd
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import gpchol
 from gpchol import distributed as gd
 from gpchol import kernels
-from gpchol._routing import maybe_sharded_cholesky
+from gpchol._internal import maybe_sharded_cholesky
 
 TOL = {np.float32: 2e-4, np.float64: 1e-10}
 

@@ -1,13 +1,10 @@
 """Mean functions: values, shapes, dtypes, pytrees, gradients and ``as_mean``."""
 
-import doctest
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import gpchol.means
 from gpchol import means
 
 
@@ -122,10 +119,3 @@ def test_bad_shapes():
         means.Zero()(np.zeros((2, 2, 2)))
     with pytest.raises(TypeError, match="callable"):
         means.Function(3.0)
-
-
-@pytest.mark.parametrize("module", [gpchol.means, gpchol.means], ids=lambda m: m.__name__)
-def test_docstring_examples_run(module):
-    with jax.enable_x64(False):
-        result = doctest.testmod(module)
-    assert result.attempted > 0 and result.failed == 0

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.linalg as sla
 import scipy.stats as sst
-from conftest import random_spd
+from helpers import random_spd
 from jax.test_util import check_grads
 
 import gpchol
@@ -85,14 +85,15 @@ def test_cho_inverse_grad(rng):
 @pytest.mark.parametrize("batch", [(), (3,)])
 def test_cho_inverse_lapack_and_tiled_agree(rng, dtype, batch):
     """On the CPU n >= HOST_MIN_N takes LAPACK potri; the tiled path must agree with it."""
-    from gpchol._linalg.host_lapack import HOST_MIN_N
-    from gpchol._linalg.solve import _cho_inverse_tiled
+    from gpchol._internal import cho_inverse_tiled, host_lapack
+
+    HOST_MIN_N = host_lapack.HOST_MIN_N
 
     n = HOST_MIN_N + 37
     a = random_spd(rng, n, batch)
     L = np.linalg.cholesky(a).astype(dtype)
     host = jax.jit(gpchol.cho_inverse)(L)
-    tiled = jax.jit(lambda L: _cho_inverse_tiled(L, 64))(L)
+    tiled = jax.jit(lambda L: cho_inverse_tiled(L, 64))(L)
     ref = np.linalg.inv(np.linalg.cholesky(a) @ np.swapaxes(np.linalg.cholesky(a), -1, -2))
     ref = np.linalg.inv(a) if dtype == np.float64 else ref
     scale = np.abs(ref).max()
@@ -108,9 +109,9 @@ def test_cho_inverse_lapack_and_tiled_agree(rng, dtype, batch):
 
 def test_cho_inverse_lapack_grads_and_failure(rng):
     """The LAPACK inverse is differentiable to second order; a NaN factor gives NaN."""
-    from gpchol._linalg.host_lapack import HOST_MIN_N
+    from gpchol._internal import cho_inverse_tiled, host_lapack
 
-    n = HOST_MIN_N
+    n = host_lapack.HOST_MIN_N
     # well conditioned (cond ~ 3), so that second-order finite differences are accurate
     g = rng.standard_normal((n, n)) / np.sqrt(n)
     L = np.linalg.cholesky(np.eye(n) + 0.5 * g @ g.T)
@@ -121,9 +122,7 @@ def test_cho_inverse_lapack_grads_and_failure(rng):
     # inverse just the same
     check_grads(f, (L,), order=2, modes=("fwd", "rev"), eps=1e-5)
     # first and second derivatives equal those of the tiled inverse (JAX autodiff)
-    from gpchol._linalg.solve import _cho_inverse_tiled
-
-    f_tiled = lambda L: jnp.sum(w * _cho_inverse_tiled(jnp.tril(L), 32))  # noqa: E731
+    f_tiled = lambda L: jnp.sum(w * cho_inverse_tiled(jnp.tril(L), 32))  # noqa: E731
     d = np.tril(rng.standard_normal((n, n)))
     hvp = lambda f: jax.jvp(jax.grad(f), (L,), (d,))  # noqa: E731
     (g1, h1), (g2, h2) = hvp(f), hvp(f_tiled)
@@ -136,11 +135,11 @@ def test_cho_inverse_lapack_grads_and_failure(rng):
 @pytest.mark.parametrize("in_place", [True, False])
 def test_host_lapack_in_place_and_copying_callbacks(rng, monkeypatch, in_place):
     """Both host-call forms (in-place buffer_callback, copying pure_callback) agree."""
-    from gpchol._linalg import host_lapack as _host_lapack
+    from gpchol._internal import host_lapack as _host_lapack
 
     if not in_place:
-        monkeypatch.setattr(_host_lapack, "_buffer_callback", None)
-    elif _host_lapack._buffer_callback is None:
+        monkeypatch.setattr(_host_lapack, "buffer_callback", None)
+    elif _host_lapack.buffer_callback is None:
         pytest.skip("this JAX has no jax.experimental.buffer_callback")
     n = 150
     a = random_spd(rng, n, (2,))

@@ -11,7 +11,7 @@ transforms is a *prefix* of the parameter pytree it describes (one transform may
 whole subtree), with ``None`` meaning identity:
 
 >>> import jax.numpy as jnp
->>> from gpchol._base.transforms import Positive, to_constrained, to_unconstrained
+>>> from gpchol import Positive, to_constrained, to_unconstrained
 >>> params = {"lengthscale": jnp.array([0.5, 2.0]), "mean": -3.0}
 >>> transforms = {"lengthscale": Positive(), "mean": None}
 >>> u = to_unconstrained(params, transforms)
@@ -103,7 +103,7 @@ class Identity(Transform):
     """The identity: for parameters that may take any real value (a mean, an offset).
 
     Example:
-        >>> from gpchol._base.transforms import Identity
+        >>> from gpchol import Identity
         >>> print(float(Identity().forward(-2.5)))
         -2.5
     """
@@ -138,7 +138,7 @@ class Positive(Transform):
             checked.
 
     Example:
-        >>> from gpchol._base.transforms import Positive
+        >>> from gpchol import Positive
         >>> t = Positive()
         >>> u = t.inverse(2.0)
         >>> print(round(float(t.forward(u)), 5))
@@ -189,7 +189,7 @@ class Bounded(Transform):
             (the message names the value).
 
     Example:
-        >>> from gpchol._base.transforms import Bounded
+        >>> from gpchol import Bounded
         >>> t = Bounded(0.5, 4.0)
         >>> print(round(float(t.forward(0.0)), 4))
         2.25
@@ -283,7 +283,7 @@ def to_unconstrained(params: Any, transforms: Any) -> Any:
             the value, e.g. ``parameter ['noise']: value -1.0 is outside the domain ...``).
 
     Example:
-        >>> from gpchol._base.transforms import Positive, to_unconstrained
+        >>> from gpchol import Positive, to_unconstrained
         >>> u = to_unconstrained({"noise": 1.0, "shift": 2.0}, {"noise": Positive(), "shift": None})
         >>> print(round(float(u["noise"]), 4), u["shift"])
         0.5413 2.0
@@ -305,7 +305,7 @@ def to_constrained(uparams: Any, transforms: Any) -> Any:
         ``transform.forward(leaf)``.
 
     Example:
-        >>> from gpchol._base.transforms import Bounded, to_constrained
+        >>> from gpchol import Bounded, to_constrained
         >>> c = to_constrained({"period": 0.0}, {"period": Bounded(0.5, 1.5)})
         >>> print(float(c["period"]))
         1.0

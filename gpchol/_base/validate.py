@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -84,3 +86,47 @@ def as_inputs(X, name: str = "X"):
     if not jnp.issubdtype(X.dtype, jnp.floating):
         X = X.astype(jnp.result_type(float))
     return X
+
+
+def check_jitter(jitter: object, *, schedule: bool = True) -> tuple[float, ...] | None:
+    """Validate a jitter argument: ``None``, a float, or (``schedule``) a tuple of floats.
+
+    Args:
+        jitter: what the user passed.
+        schedule: accept a tuple/list tried in order; when False (a density that must
+            stay continuous in its parameters) only a single value is accepted.
+
+    Returns:
+        ``None``, or the values as a tuple of floats (one value for a single float).
+
+    Raises:
+        TypeError: a value is not a real number, or a schedule where one is refused.
+        ValueError: an empty schedule, or a negative or non-finite value.
+
+    Example:
+        >>> check_jitter(1e-6), check_jitter([1e-8, 1e-6])
+        ((1e-06,), (1e-08, 1e-06))
+    """
+    if jitter is None:
+        return None
+    if isinstance(jitter, (tuple, list)):
+        if not schedule:
+            raise TypeError(
+                "jitter must be a single float here (a schedule that retries with a larger "
+                "jitter would make the density discontinuous in the sampled parameters)."
+            )
+        values = tuple(jitter)
+    else:
+        values = (jitter,)
+    if not values:
+        raise ValueError("jitter must be a float or a non-empty tuple of floats.")
+    out = []
+    for v in values:
+        try:
+            f = float(v)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise TypeError(f"jitter values must be real numbers; got {v!r}.") from None
+        if not math.isfinite(f) or f < 0:
+            raise ValueError(f"jitter values must be finite and >= 0; got {v!r}.")
+        out.append(f)
+    return tuple(out)

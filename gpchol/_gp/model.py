@@ -13,8 +13,9 @@ The model is ``y = f(X) + eps`` with ``f ~ GP(m, k)`` and ``eps_i ~ N(0, noise_i
     - \tfrac{n}{2} \log 2\pi, \qquad K = L L^T,
 
 with ``L`` gpchol's factor; its gradient is the whole-likelihood rule
-``Kbar = (alpha alpha^T - K^-1) / 2`` (:func:`_lml_lean`: ``K`` factored in place, ``K^-1``
-by LAPACK ``potri`` on the CPU, the kernel's VJP by blocks of rows), never
+``Kbar = (alpha alpha^T - K^-1) / 2`` (:mod:`gpchol._linalg.gaussian`, with ``K`` built
+inside the rule and factored in place, ``K^-1`` by LAPACK ``potri`` on the CPU, the
+kernel's VJP by blocks of rows: :class:`_GPCovariance`), never
 ``jnp.linalg.cholesky``'s rule. The posterior at test inputs
 ``Xs`` (Rasmussen & Williams 2006, Alg. 2.1): ``mean = m(Xs) + Ks^T alpha`` with
 ``alpha = K^-1 (y - m)``, ``cov = k(Xs, Xs) - V^T V`` with ``V = L^-1 Ks``.
@@ -22,7 +23,7 @@ by LAPACK ``potri`` on the CPU, the kernel's VJP by blocks of rows), never
 Example:
     >>> import jax, jax.numpy as jnp
     >>> from gpchol import kernels
-    >>> from gpchol._gp.model import GaussianProcess
+    >>> from gpchol import GaussianProcess
     >>> X = jnp.linspace(0.0, 1.0, 5)
     >>> y = jnp.sin(3.0 * X)
     >>> gp = GaussianProcess(kernels.ExpSquared(lengthscale=0.3), X, noise=1e-2)
@@ -34,8 +35,6 @@ Example:
 
 from __future__ import annotations
 
-import math
-from functools import partial
 from typing import Any
 
 import jax
@@ -43,24 +42,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from gpchol._base.errors import NotPositiveDefiniteError
-from gpchol._base.validate import as_inputs, check_tile_size, is_concrete
-from gpchol._linalg.cholesky import (
-    _chol,
-    _exact_status,
-    _normalize_jitter,
-    _raise_if_failed,
-    cholesky_with_status,
-    default_tile_size,
-    resolve_backend,
-)
-from gpchol._linalg.host_lapack import HOST_MIN_N, chol_solve_cpu
-from gpchol._linalg.solve import _cho_inverse, _mvn_value, _trsm
-from gpchol.kernels._library import Kernel
+from gpchol._base.validate import as_inputs, check_jitter, check_tile_size, is_concrete
+from gpchol._linalg.backends import resolve_backend, tile_for
+from gpchol._linalg.blocks import trsm
+from gpchol._linalg.gaussian import DenseCovariance, GaussianRule, gaussian_loglik, gaussian_value
+from gpchol._linalg.status import raise_if_failed
+from gpchol._routing import cholesky_with_status
+from gpchol.kernels import Kernel
 from gpchol.means import Mean, as_mean
 
 __all__ = ["GaussianProcess", "Posterior"]
-
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
 def _concrete_check(X, noise) -> None:
@@ -101,14 +92,6 @@ def _input_mesh(X):
 # ----------------------------------------------------------------------------------------
 
 
-def _gp_cov(gp, dtype, jitter=0.0):
-    """``k(X, X) + diag(noise) + jitter I`` of a :class:`GaussianProcess`, as ``dtype``."""
-    K = gp.covariance_matrix().astype(dtype)
-    if jitter:
-        K = K + jnp.asarray(jitter, dtype) * jnp.eye(K.shape[-1], dtype=dtype)
-    return K
-
-
 def _gp_rows(gp, start, size):
     """Rows ``start:start+size`` of ``k(X, X) + diag(noise)``, ``(size, n)``.
 
@@ -129,160 +112,53 @@ def _row_block(n):
     return min(n, 256)
 
 
-def _lean_factor(K, rebuild, backend, nb):
-    """``(L, status)`` of ``K`` without keeping ``K`` alive after the factorization.
+@jax.tree_util.register_pytree_node_class
+class _GPCovariance:
+    """The GP's covariance as a source for :func:`gpchol._linalg.gaussian.gaussian_loglik`.
 
-    With the XLA backend the factorization runs in place on ``K`` (LAPACK ``potrf`` with
-    its output aliased to its input); on failure the exact pivot is searched on the host
-    in a matrix rebuilt by ``rebuild()``, so ``K`` need not be kept for that rare case.
-    Other backends go through :func:`gpchol._linalg.cholesky._chol`.
+    ``K = k(X, X) + diag(noise) + jitter I`` is built inside the rule (and rebuilt, never
+    kept, for a failed pivot's search); ``<W, dK>`` is contracted by blocks of rows
+    (:meth:`contract`), so no ``n x n`` intermediate of the kernel is stored.
     """
-    if backend != "xla":
-        return _chol(K, backend, nb)
-    L = jax.lax.linalg.cholesky(K, symmetrize_input=False)
-    failed = ~jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
-    return L, _exact_status(failed, rebuild, nb)
 
+    def __init__(self, gp):
+        self.gp = gp
 
-def _is_zero(z):
-    return isinstance(z, jax.custom_derivatives.SymbolicZero)
+    def tree_flatten(self):
+        return (self.gp,), None
 
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children)
 
-def _instantiate(tree):
-    return jax.tree.map(
-        lambda z: jnp.zeros(z.aval.shape, z.aval.dtype) if _is_zero(z) else z,
-        tree,
-        is_leaf=_is_zero,
-    )
+    def build(self, dtype, jitter):
+        return DenseCovariance(self.gp.covariance_matrix()).build(dtype, jitter)
 
+    def contract(self, source_dot, alpha, kinv):
+        """``<W, dK>``, ``W = (alpha alpha^T - K^-1) / 2``, summed over row blocks.
 
-def _lean_value(r, L):
-    """``(log N(r | 0, L L^T), alpha)`` with solves on ``L`` as potrf left it (no copy)."""
-    n = L.shape[-1]
-    solve = jax.lax.linalg.triangular_solve
-    z = solve(L, r[..., None], left_side=True, lower=True)
-    alpha = solve(L, z, left_side=True, lower=True, transpose_a=True)[..., 0]
-    ld = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
-    return -0.5 * (jnp.sum(z[..., 0] ** 2, axis=-1) + ld + n * _LOG_2PI), alpha
+        A ``lax.scan`` over blocks of rows: each step re-evaluates the kernel rows
+        ``k(X[b], X)`` and their tangent (under ``jax.checkpoint``) and contracts them
+        with the same rows of ``W``. In reverse mode (JAX transposes this linear map) the
+        scan runs backwards, one block of kernel rows and its VJP at a time.
+        """
+        gp, gp_dot = self.gp, source_dot.gp
+        dtype = alpha.dtype
+        n = gp.X.shape[0]
+        size = _row_block(n)
+        starts = jnp.arange(0, n, size)
 
-
-def _blocked_contraction(gp, gp_dot, W_rows, dtype):
-    """``<W, dK>`` summed over row blocks, ``dK`` the tangent of the GP's covariance.
-
-    A ``lax.scan`` over blocks of rows: each step re-evaluates the kernel rows
-    ``k(X[b], X)`` and their tangent (under ``jax.checkpoint``) and contracts them with
-    ``W_rows(start, size)``. In reverse mode (JAX transposes this linear map) the scan runs
-    backwards, one block of kernel rows and its VJP at a time: no ``n x n`` intermediate
-    of the kernel is stored.
-    """
-    n = gp.X.shape[0]
-    size = _row_block(n)
-    starts = jnp.arange(0, n, size)
-
-    @jax.checkpoint
-    def step(acc, j0):
-        start = jnp.minimum(j0, n - size)  # the last block is shifted back ...
-        _, Kd = jax.jvp(lambda g: _gp_rows(g, start, size), (gp,), (gp_dot,))
-        keep = (start + jnp.arange(size) >= j0)[:, None]  # ... and its overlap masked
-        part = jnp.sum(jnp.where(keep, W_rows(start, size) * Kd.astype(dtype), 0.0))
-        return acc + part, None
-
-    return jax.lax.scan(step, jnp.zeros((), dtype), starts)[0]
-
-
-def _lean_forward(gp, r, backend, nb, jitter):
-    """``(L, value, alpha, status)`` of the GP's covariance, ``K`` not kept.
-
-    On the CPU (XLA backend) one host call factors and solves with LAPACK
-    (:func:`gpchol._linalg.host_lapack.chol_solve_cpu`): the factor comes back row-major, ready
-    for ``potri``. Elsewhere ``K`` is factored in place by XLA (:func:`_lean_factor`) and
-    the solves use the factor as it is laid out. On failure both search the exact pivot
-    in a rebuilt ``K`` (:func:`gpchol._linalg.cholesky._exact_status`), as ``factor()`` does.
-
-    ``jitter``: ``None`` or a schedule ``(j0, j1, ...)``: ``K + j I`` is tried for each
-    ``j`` in order until one factors (a ``lax.cond`` per retry: a retry rebuilds ``K``
-    with the next jitter, so nothing is kept from a failed attempt but its status).
-    """
-    dtype = r.dtype
-    n = r.shape[-1]
-
-    def device(K, r, j):
-        L, status = _lean_factor(K, lambda: _gp_cov(gp, dtype, j), backend, nb)
-        value, alpha = _lean_value(r, L)
-        return L, value, alpha, status
-
-    def host(K, r, j):
-        L, alpha, quad, logdet, info = chol_solve_cpu(K, r)
-        status = _exact_status(info != 0, lambda: _gp_cov(gp, dtype, j), nb)
-        return L, -0.5 * (quad + logdet + n * _LOG_2PI), alpha, status
-
-    def attempt(j):
-        K = _gp_cov(gp, dtype, j)
-        if backend != "xla" or n < HOST_MIN_N or dtype not in (jnp.float32, jnp.float64):
-            out = device(K, r, j)
-        else:
-            out = jax.lax.platform_dependent(
-                K,
-                r,
-                cpu=lambda K, r: host(K, r, j),
-                default=lambda K, r: device(K, r, j),
-            )
-        return out
-
-    schedule = jitter or (0.0,)
-    out = attempt(schedule[0])
-    for j in schedule[1:]:
-        out = jax.lax.cond(out[3] != 0, lambda j=j: attempt(j), lambda out=out: out)
-    return out
-
-
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
-def _lml_lean(gp, r, backend, nb, jitter):
-    """``(log N(r | 0, K), status)`` with ``K = k(X, X) + diag(noise) + jitter I``.
-
-    NaN where ``K`` is not positive definite for any jitter of the schedule (``status``:
-    the first failing pivot of the last attempt). With ``alpha = K^-1 r``, the
-    derivative is the whole-likelihood one (Rasmussen & Williams 2006, eq. 5.9)::
-
-        d logp = -alpha . dr + < W, dK >,   W = (alpha alpha^T - K^-1) / 2,
-
-    stated as a JVP that is linear in the tangents, so JAX transposes it for reverse mode.
-    ``dK`` is the tangent of the covariance as a function of the GP's parameters (the
-    jitter kept is a constant). It is arranged so that no ``n x n`` buffer is made beyond
-    the factor and ``K^-1``:
-
-    * ``K`` is built, then factored in place (:func:`_lean_factor`), and the factor is
-      used in the column-major layout LAPACK leaves it in (solves and ``potri``);
-    * ``<W, dK>`` is a scan over row blocks (:func:`_blocked_contraction`), so in reverse
-      mode the kernel is re-evaluated block by block and contracted with ``W``'s rows
-      instead of its intermediates being stored.
-    """
-    _, value, _, status = _lean_forward(gp, r, backend, nb, jitter)
-    return jnp.where(status == 0, value, jnp.nan), status
-
-
-def _lml_lean_jvp(backend, nb, jitter, primals, tangents):
-    gp, r = primals
-    gp_dot, r_dot = tangents
-    L, value, alpha, status = _lean_forward(gp, r, backend, nb, jitter)
-    out = jnp.zeros_like(value)
-    if not _is_zero(r_dot):
-        out = out - jnp.sum(alpha * r_dot, axis=-1)
-    if not all(_is_zero(z) for z in jax.tree.leaves(gp_dot, is_leaf=_is_zero)):
-        n = L.shape[-1]
-        kinv = _cho_inverse(L, nb or default_tile_size(n, L.dtype))
-
-        def W_rows(start, size):
+        @jax.checkpoint
+        def step(acc, j0):
+            start = jnp.minimum(j0, n - size)  # the last block is shifted back ...
+            _, Kd = jax.jvp(lambda g: _gp_rows(g, start, size), (gp,), (gp_dot,))
+            keep = (start + jnp.arange(size) >= j0)[:, None]  # ... and its overlap masked
             a = jax.lax.dynamic_slice_in_dim(alpha, start, size)
             k = jax.lax.dynamic_slice_in_dim(kinv, start, size, axis=0)
-            return 0.5 * (a[:, None] * alpha[None, :] - k)
+            W = 0.5 * (a[:, None] * alpha[None, :] - k)
+            return acc + jnp.sum(jnp.where(keep, W * Kd.astype(dtype), 0.0)), None
 
-        out = out + _blocked_contraction(gp, _instantiate(gp_dot), W_rows, value.dtype)
-    zero_status = np.zeros(status.shape, jax.dtypes.float0)
-    return (jnp.where(status == 0, value, jnp.nan), status), (out, zero_status)
-
-
-_lml_lean.defjvp(_lml_lean_jvp, symbolic_zeros=True)
+        return jax.lax.scan(step, jnp.zeros((), dtype), starts)[0]
 
 
 class GaussianProcess:
@@ -304,13 +180,14 @@ class GaussianProcess:
     Shapes: ``X (n, d)``, ``noise () or (n,)``, ``y (n,)``; test inputs ``Xs (m, d)``.
 
     Note:
-        The whole covariance is formed on one device; inputs sharded over a mesh are not
-        yet routed to ``gpchol.distributed`` (the sharded likelihood) by this class.
+        With ``X`` placed on a multi-device mesh (a ``NamedSharding``), the likelihood
+        runs on :func:`gpchol.distributed.gaussian_log_likelihood`: each device builds and
+        factors only its own covariance tiles.
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from gpchol import kernels
-        >>> from gpchol._gp.model import GaussianProcess
+        >>> from gpchol import GaussianProcess
         >>> X = jnp.linspace(0.0, 1.0, 8)
         >>> y = jnp.cos(4.0 * X)
         >>> def loss(ls):
@@ -351,7 +228,7 @@ class GaussianProcess:
         self.X = X
         self.noise = noise
         self.mean = as_mean(mean) if not isinstance(mean, Mean) else mean
-        self.jitter = _normalize_jitter(jitter)
+        self.jitter = check_jitter(jitter)
         self.backend = backend
         self.tile_size = tile_size
 
@@ -402,7 +279,7 @@ class GaussianProcess:
         Example:
             >>> import jax.numpy as jnp
             >>> from gpchol import kernels
-            >>> from gpchol._gp.model import GaussianProcess
+            >>> from gpchol import GaussianProcess
             >>> gp = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1)
             >>> L, status, used = gp.factor()
             >>> int(status), L.shape
@@ -442,7 +319,7 @@ class GaussianProcess:
                 "`log_marginal_likelihood_with_status` and test status == 0."
             )
         try:
-            _raise_if_failed(self.covariance_matrix(), status, self.jitter)
+            raise_if_failed(self.covariance_matrix(), status, self.jitter)
         except NotPositiveDefiniteError as err:
             raise NotPositiveDefiniteError(
                 f"GaussianProcess: the covariance k(X, X) + diag(noise) {err} GP hints: a "
@@ -469,7 +346,7 @@ class GaussianProcess:
         Example:
             >>> import jax, jax.numpy as jnp
             >>> from gpchol import kernels
-            >>> from gpchol._gp.model import GaussianProcess
+            >>> from gpchol import GaussianProcess
             >>> gp = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1)
             >>> lml, status = jax.jit(lambda g: g.log_marginal_likelihood_with_status(
             ...     jnp.zeros(3)))(gp)
@@ -484,11 +361,8 @@ class GaussianProcess:
             return jnp.zeros((), r.dtype), jnp.zeros((), jnp.int32)
         # k(X, X) is read by its lower triangle (kernels are symmetric)
         be = resolve_backend(self.backend, self.X)
-        nb = check_tile_size(self.tile_size)
-        if nb is None and be != "cuda":
-            nb = default_tile_size(self.n, r.dtype)
-        nb = None if nb is None else max(1, min(nb, self.n))
-        return _lml_lean(self, r, be, nb, self.jitter)
+        nb = tile_for(be, self.n, r.dtype, check_tile_size(self.tile_size))
+        return gaussian_loglik(_GPCovariance(self), r, GaussianRule(be, nb, self.jitter))
 
     def _sharded_lml(self, r, mesh):
         """The likelihood on ``gpchol.distributed``: covariance tiles built where they live."""
@@ -527,7 +401,7 @@ class GaussianProcess:
         Example:
             >>> import jax.numpy as jnp
             >>> from gpchol import kernels
-            >>> from gpchol._gp.model import GaussianProcess
+            >>> from gpchol import GaussianProcess
             >>> gp = GaussianProcess(kernels.White(1e-9), jnp.arange(2.0), noise=1.0)
             >>> round(float(gp.log_marginal_likelihood(jnp.zeros(2))), 4)  # -log(2 pi)
             -1.8379
@@ -550,7 +424,7 @@ class GaussianProcess:
         Example:
             >>> import jax.numpy as jnp
             >>> from gpchol import kernels
-            >>> from gpchol._gp.model import GaussianProcess
+            >>> from gpchol import GaussianProcess
             >>> X = jnp.arange(4.0)
             >>> post = GaussianProcess(kernels.ExpSquared(), X, noise=1e-4).condition(X)
             >>> post.variance(X).shape
@@ -559,7 +433,7 @@ class GaussianProcess:
         r = self._residual(y)
         L, status, used = self.factor()
         L = L.astype(r.dtype)
-        value, alpha = _mvn_value(r, L)
+        value, alpha = gaussian_value(r, L)
         self._check(status, check, "condition")
         return Posterior(self, L, alpha, value, status, used)
 
@@ -572,7 +446,7 @@ class GaussianProcess:
         Example:
             >>> import jax.numpy as jnp
             >>> from gpchol import kernels
-            >>> from gpchol._gp.model import GaussianProcess
+            >>> from gpchol import GaussianProcess
             >>> gp = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1)
             >>> dist = gp.numpyro_dist()  # doctest: +SKIP
         """
@@ -601,7 +475,7 @@ class Posterior:
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from gpchol import kernels
-        >>> from gpchol._gp.model import GaussianProcess
+        >>> from gpchol import GaussianProcess
         >>> X = jnp.linspace(0.0, 1.0, 6)
         >>> post = GaussianProcess(kernels.ExpSquared(0.3), X, noise=1e-3).condition(X ** 2)
         >>> Xs = jnp.array([0.25, 0.75])
@@ -652,7 +526,7 @@ class Posterior:
 
     def _V(self, Xs):
         Ks = self.gp.kernel(self.gp.X.astype(Xs.dtype), Xs)  # (n, m)
-        return Ks, _trsm(self.L, Ks, left=True)
+        return Ks, trsm(self.L, Ks, left=True)
 
     def mean(self, Xs=None) -> jax.Array:
         """Posterior mean of the latent function, ``m(Xs) + k(Xs, X) alpha``.
@@ -724,7 +598,7 @@ class Posterior:
         mu = self.mean(Xs)
         C = self.covariance(Xs)
         scale = jnp.maximum(jnp.max(jnp.diagonal(C)), jnp.finfo(C.dtype).tiny)
-        rel = tuple(float(j) for j in _normalize_jitter(jitter) or (0.0,))
+        rel = check_jitter(jitter) or (0.0,)
         Cn = C / scale
         Ls, _, _ = cholesky_with_status(Cn, jitter=rel)
         z = jax.random.normal(key, (int(num), Xs.shape[0]), dtype=C.dtype)

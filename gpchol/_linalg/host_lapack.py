@@ -23,9 +23,9 @@ import numpy as np
 from jax import lax
 
 try:  # in-place host callbacks (XLA buffers handed to NumPy, outputs aliased to inputs)
-    from jax.experimental.buffer_callback import buffer_callback as _buffer_callback
+    from jax.experimental.buffer_callback import buffer_callback
 except ImportError:  # pragma: no cover - older JAX: copying pure_callback instead
-    _buffer_callback = None
+    buffer_callback = None
 
 __all__ = ["HOST_MIN_N", "cho_inverse_cpu", "chol_solve_cpu"]
 
@@ -94,10 +94,10 @@ def _potri_callback(L, transposed):
     # column-major layout (LAPACK's potrf output) then reaches it without a copy.
     arg = jnp.swapaxes(L, -1, -2) if transposed else L
     shape = jax.ShapeDtypeStruct(L.shape, L.dtype)
-    if _buffer_callback is not None:
+    if buffer_callback is not None:
         # the factor's buffer becomes the inverse's: no n x n copy (XLA copies the
         # factor first only if something still reads it afterwards)
-        cb = _buffer_callback(
+        cb = buffer_callback(
             partial(_potri_buffers, upper=transposed),
             shape,
             input_output_aliases={0: 0},
@@ -231,8 +231,8 @@ def chol_solve_cpu(K, r):
         jax.ShapeDtypeStruct(batch, K.dtype),
         jax.ShapeDtypeStruct(batch, jnp.int32),
     )
-    if _buffer_callback is not None:
-        cb = _buffer_callback(
+    if buffer_callback is not None:
+        cb = buffer_callback(
             _chol_solve_buffers, out, input_output_aliases={0: 0}, vmap_method="broadcast_all"
         )
         return cb(K, r)

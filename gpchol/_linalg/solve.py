@@ -1,30 +1,19 @@
 """Solves, log-determinant, inverse and Gaussian log-density on top of the Cholesky factor.
 
 All functions take batch dimensions and are differentiable in every array argument.
-:func:`mvn_logpdf` has its own whole-likelihood derivative rule (see :func:`_mvn_core`).
+:func:`mvn_logpdf` uses the whole-likelihood rule of :mod:`gpchol._linalg.gaussian`.
 """
 
 from __future__ import annotations
 
-import math
-from functools import partial
-
-import jax
 import jax.numpy as jnp
 
 from gpchol._base.validate import as_float_array, check_square, check_tile_size
-from gpchol._linalg.cholesky import (
-    _array_platform,
-    _blocks,
-    _chol,
-    _mT,
-    _prepare,
-    _put,
-    _symmetrize,
-    _trsm,
-    default_tile_size,
-)
-from gpchol._linalg.host_lapack import HOST_MIN_N, cho_inverse_cpu, chol_solve_cpu
+from gpchol._linalg.backends import array_platform, prepare
+from gpchol._linalg.blocks import default_tile_size, symmetrize, trsm
+from gpchol._linalg.cholesky import chol
+from gpchol._linalg.gaussian import DenseCovariance, GaussianRule, gaussian_loglik, gaussian_value
+from gpchol._linalg.inverse import inverse_from_factor
 
 __all__ = ["cho_inverse", "cho_solve", "logdet", "mvn_logpdf", "solve_triangular"]
 
@@ -81,7 +70,7 @@ def solve_triangular(L, b, *, lower=True, transpose=False):
     check_square(L, "L")
     b, vec = _rhs(L, b)
     L, b = _common_dtype(L, b)
-    x = _trsm(L, b, left=True, lower=lower, trans=transpose)
+    x = trsm(L, b, left=True, lower=lower, trans=transpose)
     return x[..., 0] if vec else x
 
 
@@ -106,7 +95,7 @@ def cho_solve(L, b):
     check_square(L, "L")
     b, vec = _rhs(L, b)
     L, b = _common_dtype(L, b)
-    x = _trsm(L, _trsm(L, b, left=True), left=True, trans=True)
+    x = trsm(L, trsm(L, b, left=True), left=True, trans=True)
     return x[..., 0] if vec else x
 
 
@@ -128,49 +117,6 @@ def logdet(L):
     L = as_float_array(L, "L")
     check_square(L, "L")
     return 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
-
-
-# ----------------------------------------------------------------------------------------
-# Inverse from the factor (tiled trtri + lauum)
-# ----------------------------------------------------------------------------------------
-
-
-def _trtri_blocked(L, nb):
-    """``L^-1`` for lower-triangular ``L`` by blocks from the last to the first.
-
-    For block column ``j:k``: ``W_jj = L_jj^-1``; ``W[k:, j:k] = -W[k:, k:] L[k:, j:k]
-    W_jj``. About ``n^3 / 3`` useful flops (the GEMM runs on the full trailing block).
-    """
-    n = L.shape[-1]
-    w = jnp.zeros_like(L)
-    for j, k in reversed(_blocks(n, nb)):
-        eye = jnp.broadcast_to(jnp.eye(k - j, dtype=L.dtype), L.shape[:-2] + (k - j, k - j))
-        wjj = _trsm(L[..., j:k, j:k], eye, left=True)
-        w = _put(w, wjj, j, j)
-        if k < n:
-            panel = -(w[..., k:, k:] @ L[..., k:, j:k]) @ wjj
-            w = _put(w, panel, k, j)
-    return w
-
-
-def _lauum_lower(W, nb):
-    """``W^T W`` for lower-triangular ``W``, lower block columns computed, then mirrored."""
-    n = W.shape[-1]
-    out = jnp.zeros_like(W)
-    for j, k in _blocks(n, nb):
-        col = _mT(W[..., j:, j:]) @ W[..., j:, j:k]  # rows j:, cols j:k of W^T W
-        out = _put(out, col, j, j)
-    low = jnp.tril(out)
-    return low + _mT(jnp.tril(low, -1))
-
-
-def _cho_inverse_tiled(L, nb):
-    return _lauum_lower(_trtri_blocked(L, nb), nb)
-
-
-def _cho_inverse(L, nb, *, column_major=False):
-    """``A^-1`` from the lower factor: LAPACK ``potri`` on the CPU, tiled elsewhere."""
-    return cho_inverse_cpu(L, partial(_cho_inverse_tiled, nb=nb), column_major=column_major)
 
 
 def cho_inverse(L, *, tile_size=None):
@@ -198,104 +144,13 @@ def cho_inverse(L, *, tile_size=None):
     nb = check_tile_size(tile_size) or default_tile_size(L.shape[-1], L.dtype)
     if L.shape[-1] == 0:
         return L
-    return _cho_inverse(jnp.tril(L), nb)
-
-
-# ----------------------------------------------------------------------------------------
-# Gaussian log-density
-# ----------------------------------------------------------------------------------------
-
-_LOG_2PI = math.log(2.0 * math.pi)
-
-
-def _mvn_value(r, L):
-    """``(value, alpha)``: log N(r | 0, L L^T) and ``alpha = (L L^T)^-1 r``."""
-    n = L.shape[-1]
-    z = _trsm(L, r[..., None], left=True)
-    alpha = _trsm(L, z, left=True, trans=True)[..., 0]
-    quad = jnp.sum(z[..., 0] ** 2, axis=-1)
-    ld = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
-    return -0.5 * (quad + ld + n * _LOG_2PI), alpha
-
-
-def _mvn_forward(r, cov, backend, nb):
-    """``(L, value, alpha)`` for the whole-likelihood rule.
-
-    On the CPU (XLA backend, ``r`` and ``cov`` of one batch shape) one host LAPACK call
-    factors and solves (:func:`gpchol._linalg.host_lapack.chol_solve_cpu`): no status search,
-    NaN mask or relayout pass over ``n x n`` buffers, and the row-major factor goes to
-    ``potri`` as it is. Elsewhere: :func:`gpchol._linalg.cholesky._chol` and two solves.
-    """
-    n = cov.shape[-1]
-
-    def device(r, cov):
-        L, _ = _chol(cov, backend, nb)
-        value, alpha = _mvn_value(r, L)
-        return L, value, alpha
-
-    def host(r, cov):
-        L, alpha, quad, logdet, _ = chol_solve_cpu(cov, r)
-        return L, -0.5 * (quad + logdet + n * _LOG_2PI), alpha
-
-    if (
-        backend != "xla"
-        or n < HOST_MIN_N
-        or r.shape[:-1] != cov.shape[:-2]
-        or cov.dtype not in (jnp.float32, jnp.float64)
-    ):
-        return device(r, cov)
-    return jax.lax.platform_dependent(r, cov, cpu=host, default=device)
-
-
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
-def _mvn_core(r, cov, backend, nb):
-    """log N(r | 0, cov) for symmetric ``cov``, with the whole-likelihood derivative rule.
-
-    Derivative (e.g. Rasmussen & Williams 2006, eq. 5.9), with ``alpha = K^-1 r``::
-
-        d logp = -alpha . dr + < (alpha alpha^T - K^-1) / 2, dK >
-
-    The JVP rule below states it as a linear function of the tangents; JAX transposes it
-    for reverse mode into ``rbar = -alpha * g`` and ``Kbar = g (alpha alpha^T - K^-1) / 2``,
-    with ``K^-1`` from the factor by the tiled inverse (:func:`_cho_inverse`). When the
-    covariance tangent is a symbolic zero (differentiating in ``r`` only) ``K^-1`` is not
-    formed.
-    """
-    return _mvn_forward(r, cov, backend, nb)[1]
-
-
-@_mvn_core.defjvp
-def _mvn_core_jvp(backend, nb, primals, tangents):
-    r, cov = primals
-    r_dot, cov_dot = tangents
-    L, value, alpha = _mvn_forward(r, cov, backend, nb)
-    return value, _whole_tangent(L, alpha, r_dot, cov_dot, nb)
-
-
-def _whole_tangent(L, alpha, r_dot, cov_dot, nb):
-    """Tangent of ``log N(r | 0, K)``: ``-alpha . dr + alpha^T dK alpha / 2 - <K^-1, dK> / 2``.
-
-    The whole-likelihood rule's JVP (R&W 2006, eq. 5.9), shared by every Gaussian
-    likelihood of the package. Symbolic-zero tangents are skipped (``K^-1`` is not formed
-    when only ``r`` is differentiated). ``L`` is the factor of ``K``, ``alpha = K^-1 r``.
-    """
-    out = jnp.zeros(alpha.shape[:-1], alpha.dtype)
-    if not isinstance(r_dot, jax.custom_derivatives.SymbolicZero):
-        out = out - jnp.sum(alpha * r_dot, axis=-1)
-    if not isinstance(cov_dot, jax.custom_derivatives.SymbolicZero):
-        kinv = _cho_inverse(L, nb or default_tile_size(L.shape[-1], L.dtype))
-        quad = jnp.einsum("...i,...ij,...j->...", alpha, cov_dot, alpha)
-        out = out + 0.5 * quad - 0.5 * jnp.sum(kinv * cov_dot, axis=(-2, -1))
-    return out
-
-
-_mvn_core.defjvp(_mvn_core_jvp, symbolic_zeros=True)
+    return inverse_from_factor(jnp.tril(L), nb)
 
 
 def _mvn_composed(r, cov, backend, nb):
     """log N(r | 0, cov) differentiated through the Cholesky adjoint (no custom rule)."""
-    L, _ = _chol(cov, backend, nb)
-    return _mvn_value(r, L)[0]
+    L, _ = chol(cov, backend, nb)
+    return gaussian_value(r, L)[0]
 
 
 def mvn_logpdf(y, mean, cov, *, tile_size=None, backend="auto", gradient="auto"):
@@ -331,7 +186,7 @@ def mvn_logpdf(y, mean, cov, *, tile_size=None, backend="auto", gradient="auto")
     """
     if gradient not in ("auto", "whole", "composed"):
         raise ValueError(f"gradient must be 'auto', 'whole' or 'composed'; got {gradient!r}.")
-    cov, nb, be = _prepare(cov, tile_size, backend, name="cov")
+    cov, nb, be = prepare(cov, tile_size, backend, name="cov")
     y = as_float_array(y, "y")
     mean = as_float_array(mean, "mean")
     n = cov.shape[-1]
@@ -346,14 +201,14 @@ def mvn_logpdf(y, mean, cov, *, tile_size=None, backend="auto", gradient="auto")
         )
     y, mean, cov = _common_dtype(y, mean, cov)
     r = y - mean
-    cov = _symmetrize(cov)
+    cov = symmetrize(cov)
     if n == 0:
         return jnp.zeros(jnp.broadcast_shapes(r.shape[:-1], cov.shape[:-2]), cov.dtype)
     batch = jnp.broadcast_shapes(r.shape[:-1], cov.shape[:-2])
     r = jnp.broadcast_to(r, batch + (n,))
     mode = gradient
     if gradient == "auto":
-        mode = "whole" if be != "cuda" and _array_platform(cov) == "cpu" else "composed"
+        mode = "whole" if be.whole_rule_default and array_platform(cov) == "cpu" else "composed"
     if mode == "whole":
-        return _mvn_core(r, cov, be, nb)
+        return gaussian_loglik(DenseCovariance(cov), r, GaussianRule(be, nb))[0]
     return _mvn_composed(r, cov, be, nb)

@@ -50,7 +50,7 @@ def _axis_entry(entry, mesh, what):
     return entry
 
 
-def _axes_of(spec, mesh):
+def axes_of(spec, mesh):
     spec = tuple(spec) + (None,) * (2 - len(tuple(spec)))
     if len(spec) != 2:
         raise ValueError(f"the sharding spec must have 2 entries for a matrix; got {spec}.")
@@ -71,7 +71,7 @@ def _check_matrix(a, name="a"):
         raise ValueError(f"{name} must be square; got shape {tuple(a.shape)}.")
 
 
-def _default_tile(n, Pr, Pc, tiles=None):
+def default_tile(n, Pr, Pc, tiles=None):
     """Default tile size ``T_A`` for an ``n x n`` matrix on a ``Pr x Pc`` grid.
 
     About ``max(4 lcm(Pr, Pc), tiles)`` tiles per dimension, each of 32 to 256 rows (at
@@ -111,7 +111,7 @@ def _setup(n, T_A, mesh, row_axis, col_axis):
         )
     shard = min(n // Pr, n // Pc)
     if T_A is None:
-        T_A = _default_tile(n, Pr, Pc)
+        T_A = default_tile(n, Pr, Pc)
     if isinstance(T_A, bool) or not isinstance(T_A, (int, np.integer)):
         raise TypeError(f"T_A must be a positive int; got {T_A!r}.")
     if T_A < 1:
@@ -135,7 +135,7 @@ def _sharding_of(a):
     return None
 
 
-def _default_spec(mesh):
+def default_spec(mesh):
     names = tuple(mesh.axis_names)
     if not names:
         raise ValueError(
@@ -161,7 +161,7 @@ def _resolve(a, mesh, spec=None):
         if s is not None and tuple(s.mesh.axis_names) == tuple(mesh.axis_names):
             spec = s.spec
         else:
-            spec = _default_spec(mesh)
+            spec = default_spec(mesh)
     return mesh, spec
 
 
@@ -212,7 +212,7 @@ def _norm_spec(spec):
 def _potrf_traced(a, T_A, mesh, spec):
     n = a.shape[0]
     spec = _norm_spec(spec)
-    r, c = _axes_of(spec, mesh)
+    r, c = axes_of(spec, mesh)
     grid, pad = _setup(n, T_A, mesh, r, c)
     a = _sym_tangent(a, mesh, spec)
     body = functools.partial(_core.potrf_block, grid, pad)
@@ -311,8 +311,8 @@ def potrf(a, T_A=None, mesh=None, *, donate=True, return_status=False):
     _check_matrix(a)
     mesh, spec = _resolve(a, mesh)
     spec = _norm_spec(spec)
-    _axes_of(spec, mesh)
-    _setup(a.shape[0], T_A, mesh, *_axes_of(spec, mesh))
+    axes_of(spec, mesh)
+    _setup(a.shape[0], T_A, mesh, *axes_of(spec, mesh))
     if isinstance(a, jax.core.Tracer):
         L, status = _potrf_traced(a, T_A, mesh, spec)
     else:
@@ -385,7 +385,7 @@ def _rhs(b, n):
 def _potrs_traced(L, b, T_A, mesh, spec):
     n = L.shape[0]
     spec = _norm_spec(spec)
-    r, c = _axes_of(spec, mesh)
+    r, c = axes_of(spec, mesh)
     grid, pad = _setup(n, T_A, mesh, r, c)
     b2, vec = _rhs(b, n)
     b2 = _constrain(b2.astype(L.dtype), mesh, P())
@@ -496,7 +496,7 @@ def potrs_shardmap_ctx(L_block, b, T_A, row_axis, col_axis):
 def _logdet_traced(L, mesh, spec):
     n = L.shape[0]
     spec = _norm_spec(spec)
-    r, c = _axes_of(spec, mesh)
+    r, c = axes_of(spec, mesh)
     Pr = mesh.shape[r] if r else 1
     Pc = mesh.shape[c] if c else 1
     grid = _local.Grid(Pr, Pc, 1, 1, r, c)

@@ -129,9 +129,9 @@ def _block_matvec(grid: Grid, pad: _layout.Padding, M_block, v, trans=False):
     cols = pc * nc + jnp.arange(nc)
     M = jnp.where(rows[:, None] >= cols[None, :], M_block, jnp.zeros((), M_block.dtype))
     if trans:
-        y = _local._psum(M.T @ lax.dynamic_slice_in_dim(v, pr * nr, nr), grid.row_axis)
+        y = _local.psum(M.T @ lax.dynamic_slice_in_dim(v, pr * nr, nr), grid.row_axis)
         return _gather(y, grid.col_axis)
-    y = _local._psum(M @ lax.dynamic_slice_in_dim(v, pc * nc, nc), grid.col_axis)
+    y = _local.psum(M @ lax.dynamic_slice_in_dim(v, pc * nc, nc), grid.col_axis)
     return _gather(y, grid.row_axis)
 
 
@@ -149,4 +149,4 @@ def logdet_block(grid: Grid, n_rows, n_cols, L_block):
     gc = pc * n_cols + jnp.arange(n_cols)
     on = gr[:, None] == gc[None, :]
     val = jnp.sum(jnp.where(on, jnp.log(jnp.where(on, L_block, 1.0)), 0.0))
-    return 2.0 * _local._psum(val, grid.axes)
+    return 2.0 * _local.psum(val, grid.axes)

@@ -20,23 +20,27 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
+from gpchol._linalg.gaussian import LOG_2PI
 from gpchol.distributed import _api, _local
 
 __all__ = ["gaussian_log_likelihood"]
 
 
 def _as_kernel_fn(kernel_fn):
-    """``(params, X1, X2) -> block`` from a kernel object or such a function."""
-    from gpchol.kernels._library import Kernel
+    """``(params, X1, X2) -> block`` from a callable pytree (a kernel) or such a function.
 
-    if isinstance(kernel_fn, Kernel):
+    This layer knows no kernel classes: an object whose pytree leaves are not the object
+    itself (a registered pytree, such as a gpchol kernel, passed also as ``params``) is
+    called as ``params(X1, X2)``; a plain callable is the block-building function.
+    """
+    if not callable(kernel_fn):
+        raise TypeError(
+            "kernel_fn must be a gpchol kernel (pass it also as params) or a function "
+            f"(params, X1, X2) -> block; got {type(kernel_fn).__name__}."
+        )
+    if jax.tree_util.tree_leaves(kernel_fn) != [kernel_fn]:
         return _call_kernel
-    if callable(kernel_fn):
-        return kernel_fn
-    raise TypeError(
-        "kernel_fn must be a gpchol kernel (pass it also as params) or a function "
-        f"(params, X1, X2) -> block; got {type(kernel_fn).__name__}."
-    )
+    return kernel_fn
 
 
 def _call_kernel(params, X1, X2):
@@ -94,7 +98,7 @@ def _fwd_body(s: _Setup, with_residuals, params, X, y, noise):
     yp = jnp.zeros((N, 1), y.dtype).at[: s.n, 0].set(y)
     z = _local.trsv_lower_local(g, L, yp, D)
     ld = _local.logdet_local(g, L)
-    value = -0.5 * jnp.sum(z**2) - 0.5 * ld - 0.5 * s.n * math.log(2 * math.pi)
+    value = -0.5 * jnp.sum(z**2) - 0.5 * ld - 0.5 * s.n * LOG_2PI
     if not with_residuals:
         return value, status
     alpha = _local.trsv_upper_local(g, L, z, D)
@@ -156,7 +160,7 @@ def _bwd_body(s: _Setup, params, X, noise, L, z, alpha, vbar):
     Abar = _local.adjoint_local(g, L, Lbar)
     keep = (gr[:, None] >= gc[None, :]) & rr[:, None] & rc[None, :]
     G = jnp.where(keep, Abar, jnp.zeros((), Abar.dtype))
-    nbar = _local._psum(jnp.sum(jnp.where(on, G, 0.0)), g.axes)
+    nbar = _local.psum(jnp.sum(jnp.where(on, G, 0.0)), g.axes)
     pbar, Xbar = _kernel_vjp(s, params, X, G)
     return pbar, Xbar, nbar
 
@@ -189,7 +193,7 @@ def _kernel_vjp(s: _Setup, params, X, G):
     init = ([jnp.zeros_like(x) for x in dleaves], jnp.zeros_like(X), jnp.zeros_like(Xc))
     pb, xb, xcb = lax.fori_loop(0, g.mr, row, init)
     xb = xb.at[gc].add(xcb)
-    pb, xb = _local._psum((pb, xb), g.axes)
+    pb, xb = _local.psum((pb, xb), g.axes)
     it = iter(pb)
     full = [next(it) if d else None for d in diff]
     return jax.tree.unflatten(tdef, full), xb
@@ -248,8 +252,8 @@ def gaussian_log_likelihood(kernel_fn, params, X, y, noise, mesh, T_A=None, *, a
     y = jnp.asarray(y, X.dtype)
     if y.shape != (n,):
         raise ValueError(f"y must have shape ({n},) to match X; got {tuple(y.shape)}.")
-    r, c = axes if axes is not None else tuple(_api._default_spec(mesh))
-    _api._axes_of(P(r, c), mesh)
+    r, c = axes if axes is not None else tuple(_api.default_spec(mesh))
+    _api.axes_of(P(r, c), mesh)
     Pr = mesh.shape[r] if r else 1
     Pc = mesh.shape[c] if c else 1
     Lc = math.lcm(Pr, Pc)
@@ -257,7 +261,7 @@ def gaussian_log_likelihood(kernel_fn, params, X, y, noise, mesh, T_A=None, *, a
         # 16 tiles (at least 4 lcm(Pr, Pc)): the value-and-gradient program is about
         # three times the factorization's, and 32 tiles at n = 4096 doubled its compile
         # time (36 s against 14 s on 2 cores) for no gain in run time
-        T_A = _api._default_tile(n, Pr, Pc, tiles=16)
+        T_A = _api.default_tile(n, Pr, Pc, tiles=16)
     if isinstance(T_A, bool) or not isinstance(T_A, int) or T_A < 1:
         raise ValueError(f"T_A (tile size) must be an int >= 1; got {T_A!r}.")
     tiles = -(-n // T_A)

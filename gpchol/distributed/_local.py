@@ -24,14 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from gpchol._linalg.cholesky import (
-    _chol_rev_symbolic,
-    _first_bad_pivot_unblocked,
-    _mT,
-    _phi,
-    _put,
-    _trsm,
-)
+from gpchol._linalg.adjoint import chol_rev_symbolic
+from gpchol._linalg.blocks import mT, phi, put, trsm
+from gpchol._linalg.status import first_bad_pivot_unblocked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +75,7 @@ def record(kind, x, axes):
         COLLECTIVE_LOG.append((kind, tuple(x.shape), np.dtype(x.dtype), tuple(axes)))
 
 
-def _psum(x, axes):
+def psum(x, axes):
     axes = tuple(a for a in (axes if isinstance(axes, tuple) else (axes,)) if a is not None)
     if not axes:
         return x
@@ -117,12 +112,12 @@ def _tile(x, i, j, T):
 def _lowsym(t):
     """Symmetric tile from its lower triangle."""
     low = jnp.tril(t)
-    return low + _mT(jnp.tril(t, -1))
+    return low + mT(jnp.tril(t, -1))
 
 
 def _chol_tile(t):
     """Lower Cholesky factor of a symmetric tile (posed on the transpose; see _cholesky)."""
-    return lax.linalg.cholesky(_mT(t), symmetrize_input=False)
+    return lax.linalg.cholesky(mT(t), symmetrize_input=False)
 
 
 def global_rows(g: Grid, pr):
@@ -148,7 +143,7 @@ def diag_tile(g: Grid, x, k):
     pr, pc = coords(g)
     own = (pr == k % g.Pr) & (pc == k % g.Pc)
     t = _tile(x, k // g.Pr, k // g.Pc, g.T)
-    return _psum(jnp.where(own, t, jnp.zeros((), x.dtype)), g.axes)
+    return psum(jnp.where(own, t, jnp.zeros((), x.dtype)), g.axes)
 
 
 def _row_panel(g: Grid, x, k, sr):
@@ -162,7 +157,7 @@ def _row_panel(g: Grid, x, k, sr):
     raw = x[sr * g.T :, lj * g.T : (lj + 1) * g.T]
     rmask = (jnp.arange(sr, g.mr) * g.Pr + pr) > k
     keep = own_c & _expand(rmask, g.T)
-    return _psum(jnp.where(keep, raw, jnp.zeros((), x.dtype)), g.col_axis)
+    return psum(jnp.where(keep, raw, jnp.zeros((), x.dtype)), g.col_axis)
 
 
 def _row_panels(g: Grid, xs, k, sr, dep=None):
@@ -175,7 +170,7 @@ def _row_panels(g: Grid, xs, k, sr, dep=None):
     raw = jnp.stack([_after(x[sr * g.T :, lj * g.T : (lj + 1) * g.T], dep) for x in xs])
     rmask = (jnp.arange(sr, g.mr) * g.Pr + pr) > k
     keep = (pc == k % g.Pc) & _expand(rmask, g.T)
-    return _psum(jnp.where(keep, raw, jnp.zeros((), raw.dtype)), g.col_axis)
+    return psum(jnp.where(keep, raw, jnp.zeros((), raw.dtype)), g.col_axis)
 
 
 def _after(x, dep):
@@ -225,7 +220,7 @@ def _transpose_panel(g: Grid, panel_r, k, sr, sc):
     tiles = jnp.concatenate([tiles, jnp.zeros(lead + (1, T, T), tiles.dtype)], axis=ax)
     tab = jnp.asarray(_col_table(g, k, sr, sc))[pr, pc]
     out = jnp.take(tiles, tab, axis=ax).reshape(lead + (-1, T))
-    return _psum(out, g.row_axis)
+    return psum(out, g.row_axis)
 
 
 def _write_col(g: Grid, x, new, k, sr):
@@ -235,7 +230,7 @@ def _write_col(g: Grid, x, new, k, sr):
     old = x[sr * g.T :, lj * g.T : (lj + 1) * g.T]
     rmask = (jnp.arange(sr, g.mr) * g.Pr + pr) > k
     keep = (pc == k % g.Pc) & _expand(rmask, g.T)
-    return _put(x, jnp.where(keep, new, old), sr * g.T, lj * g.T)
+    return put(x, jnp.where(keep, new, old), sr * g.T, lj * g.T)
 
 
 def _write_diag(g: Grid, x, new, k):
@@ -243,7 +238,7 @@ def _write_diag(g: Grid, x, new, k):
     own = (pr == k % g.Pr) & (pc == k % g.Pc)
     li, lj = k // g.Pr, k // g.Pc
     old = _tile(x, li, lj, g.T)
-    return _put(x, jnp.where(own, new, old), li * g.T, lj * g.T)
+    return put(x, jnp.where(own, new, old), li * g.T, lj * g.T)
 
 
 # Row chunks of the trailing update; see _sub_lower.
@@ -271,8 +266,8 @@ def _sub_lower(g: Grid, x, a, b, sr, sc):
         if ce <= sc:
             continue
         blk = x[lo * T : hi * T, sc * T : ce * T]
-        prod = a[(lo - sr) * T : (hi - sr) * T] @ _mT(b[: (ce - sc) * T])
-        x = _put(x, blk - prod, lo * T, sc * T)
+        prod = a[(lo - sr) * T : (hi - sr) * T] @ mT(b[: (ce - sc) * T])
+        x = put(x, blk - prod, lo * T, sc * T)
     return x
 
 
@@ -300,7 +295,7 @@ def potrf_local(g: Grid, w):
             break
         sr, sc = _start(k, g.Pr), _start(k, g.Pc)
         raw = _row_panel(g, w, k, sr)
-        panel_r = _trsm(Lkk, raw, left=False, trans=True)
+        panel_r = trsm(Lkk, raw, left=False, trans=True)
         w = _write_col(g, w, panel_r, k, sr)
         panel_c = _transpose_panel(g, panel_r, k, sr, sc)
         w = _sub_lower(g, w, panel_r, panel_c, sr, sc)
@@ -316,7 +311,7 @@ def _status(tiles, ok, T):
 
     def locate(args):
         tiles, first = args
-        bad = _first_bad_pivot_unblocked(tiles[first])
+        bad = first_bad_pivot_unblocked(tiles[first])
         return (first * T + jnp.maximum(bad, 1)).astype(jnp.int32)
 
     return lax.cond(failed, locate, lambda _: jnp.int32(0), (tiles, first))
@@ -343,10 +338,10 @@ def tangent_local(g: Grid, L, dA):
         own = (pr == k % g.Pr) & (pc == k % g.Pc)
         li, lj = k // g.Pr, k // g.Pc
         tiles = jnp.stack([_after(_tile(L, li, lj, T), dep), _tile(w, li, lj, T)])
-        tiles = _psum(jnp.where(own, tiles, jnp.zeros((), w.dtype)), g.axes)
+        tiles = psum(jnp.where(own, tiles, jnp.zeros((), w.dtype)), g.axes)
         Lkk, dS = tiles[0], _lowsym(tiles[1])
-        x = _trsm(Lkk, _trsm(Lkk, dS, left=True), left=False, trans=True)
-        dLkk = Lkk @ _phi(x)
+        x = trsm(Lkk, trsm(Lkk, dS, left=True), left=False, trans=True)
+        dLkk = Lkk @ phi(x)
         w = _write_diag(g, w, dLkk, k)
         dep = dLkk
         if k == nt - 1:
@@ -354,7 +349,7 @@ def tangent_local(g: Grid, L, dA):
         sr, sc = _start(k, g.Pr), _start(k, g.Pc)
         pan = _row_panels(g, [L, w], k, sr, dep)
         Lp_r = pan[0]
-        dLp_r = _trsm(Lkk, pan[1] - Lp_r @ _mT(dLkk), left=False, trans=True)
+        dLp_r = trsm(Lkk, pan[1] - Lp_r @ mT(dLkk), left=False, trans=True)
         w = _write_col(g, w, dLp_r, k, sr)
         both = _transpose_panel(g, jnp.stack([Lp_r, dLp_r]), k, sr, sc)
         a = jnp.concatenate([dLp_r, Lp_r], axis=1)
@@ -399,12 +394,12 @@ def adjoint_local(g: Grid, L, Lbar):
         # (D, Dbar): Dbar is still its initial value here (later steps never touch it)
         own = own_r & (pc == k % g.Pc)
         tiles = jnp.stack([_after(_tile(L, li, k // g.Pc, T), dep), _tile(gbar, li, k // g.Pc, T)])
-        tiles = _psum(jnp.where(own, tiles, jnp.zeros((), L.dtype)), g.axes)
+        tiles = psum(jnp.where(own, tiles, jnp.zeros((), L.dtype)), g.axes)
         D, Db = tiles[0], jnp.tril(tiles[1])
         last = k == nt - 1
         if not last:
             pan = _row_panels(g, [gbar, L], k, sr, dep)
-            Cb_r = _trsm(D, pan[0], left=False)
+            Cb_r = trsm(D, pan[0], left=False)
             C_r = pan[1]
             gbar = _write_col(g, gbar, Cb_r, k, sr)
         if e:
@@ -413,24 +408,24 @@ def adjoint_local(g: Grid, L, Lbar):
             parts = [R_own.astype(L.dtype)]
             if not last:
                 B = _after(L[sr * T :, : e * T], Cb_r)
-                parts += [_mT(Cb_r) @ B, _mT(Cb_r) @ C_r]
-            red = _psum(jnp.concatenate(parts, axis=1), g.row_axis)
+                parts += [mT(Cb_r) @ B, mT(Cb_r) @ C_r]
+            red = psum(jnp.concatenate(parts, axis=1), g.row_axis)
             R_c = red[:, : e * T]
             if not last:
                 CtB, CtC = red[:, e * T : 2 * e * T], red[:, 2 * e * T :]
-                gbar = _put(gbar, gbar[sr * T :, : e * T] - Cb_r @ R_c, sr * T, 0)
+                gbar = put(gbar, gbar[sr * T :, : e * T] - Cb_r @ R_c, sr * T, 0)
         elif not last:
-            CtC = _psum(_mT(Cb_r) @ C_r, g.row_axis)
+            CtC = psum(mT(Cb_r) @ C_r, g.row_axis)
         if not last:
             Db = Db - jnp.tril(CtC)
-        Db = _chol_rev_symbolic(D, Db)
+        Db = chol_rev_symbolic(D, Db)
         gbar = _write_diag(g, gbar, Db, k)
         if e:
-            upd = (Db + _mT(Db)) @ R_c
+            upd = (Db + mT(Db)) @ R_c
             if not last:
                 upd = upd + CtB
             old = gbar[li * T : (li + 1) * T, : e * T]
-            gbar = _put(gbar, jnp.where(own_r & cmask, old - upd, old), li * T, 0)
+            gbar = put(gbar, jnp.where(own_r & cmask, old - upd, old), li * T, 0)
         dep = Db
     return gbar
 
@@ -458,8 +453,8 @@ def trsv_lower_local(g: Grid, L, b, D=None):
             row = _after(L[li * T : (li + 1) * T, : e * T], xs[k - 1])
             row = jnp.where(pr == k % g.Pr, row, 0.0)
             xl = jnp.take(xs, jnp.arange(e) * g.Pc + pc, axis=0).reshape(e * T, -1)
-            rhs = rhs - _psum((row @ xl).astype(b.dtype), g.axes)
-        xs = xs.at[k].set(_trsm(D[k], rhs, left=True))
+            rhs = rhs - psum((row @ xl).astype(b.dtype), g.axes)
+        xs = xs.at[k].set(trsm(D[k], rhs, left=True))
     return xs.reshape(nt * T, -1)
 
 
@@ -477,8 +472,8 @@ def trsv_upper_local(g: Grid, L, z, D=None):
             col = _after(L[sr * T :, lj * T : (lj + 1) * T], xs[k + 1])
             col = jnp.where(pc == k % g.Pc, col, 0.0)
             xl = jnp.take(xs, jnp.arange(sr, g.mr) * g.Pr + pr, axis=0).reshape(-1, z.shape[-1])
-            rhs = rhs - _psum((_mT(col) @ xl).astype(z.dtype), g.axes)
-        xs = xs.at[k].set(_trsm(D[k], rhs, left=True, trans=True))
+            rhs = rhs - psum((mT(col) @ xl).astype(z.dtype), g.axes)
+        xs = xs.at[k].set(trsm(D[k], rhs, left=True, trans=True))
     return xs.reshape(nt * T, -1)
 
 
@@ -488,4 +483,4 @@ def logdet_local(g: Grid, L):
     gr, gc = global_rows(g, pr), global_cols(g, pc)
     on = gr[:, None] == gc[None, :]
     val = jnp.sum(jnp.where(on, jnp.log(jnp.where(on, L, 1.0)), 0.0))
-    return 2.0 * _psum(val, g.axes)
+    return 2.0 * psum(val, g.axes)

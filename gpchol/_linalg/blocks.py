@@ -1,0 +1,104 @@
+"""Block helpers shared by the one-device algorithms (all batch-polymorphic over leading
+dimensions): transposes, ``Phi``, layout-aware triangular solves, in-place block writes,
+the block partition and the default tile size."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+
+def mT(x):
+    return jnp.swapaxes(x, -1, -2)
+
+
+def phi(x):
+    """Lower triangle of ``x`` with its diagonal halved: ``Phi(X)``."""
+    n = x.shape[-1]
+    return jnp.tril(x) - 0.5 * x * jnp.eye(n, dtype=x.dtype)
+
+
+def symmetrize(a):
+    return 0.5 * (a + mT(a))
+
+
+def trsm(a, b, *, left, lower=True, trans=False):
+    """Triangular solve ``op(a) x = b`` (left) or ``x op(a) = b`` (right), batched.
+
+    XLA's CPU triangular solve (LAPACK) wants column-major operands. Handed slices of a
+    large row-major work buffer, XLA's layout assignment would relayout (copy) the whole
+    buffer at every block step; so the solve is posed on the transposes, which are
+    column-major views of the row-major slices: ``op(a) x = b  <=>  x^T op(a)^T = b^T``.
+    ``lax.linalg.triangular_solve`` also needs equal batch dimensions, so ``a`` is
+    broadcast to ``b``'s batch shape when they differ.
+    """
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = jnp.broadcast_to(a, batch + a.shape[-2:])
+    b = jnp.broadcast_to(b, batch + b.shape[-2:])
+    xt = lax.linalg.triangular_solve(
+        mT(a), mT(b), left_side=not left, lower=not lower, transpose_a=trans
+    )
+    return mT(xt)
+
+
+def potrf_tile(t):
+    """Cholesky of a symmetric tile (both triangles valid), posed on its transpose.
+
+    Same layout reason as :func:`trsm`: ``t^T`` is a column-major view of a row-major
+    slice, and ``chol(t^T) = chol(t)`` for symmetric ``t``.
+    """
+    return lax.linalg.cholesky(mT(t), symmetrize_input=False)
+
+
+def put(x, block, row, col):
+    """``x`` with ``block`` written at ``[..., row:, col:]`` (an in-place update in XLA).
+
+    ``x.at[...].set`` lowers to a scatter, which XLA on CPU may copy whole;
+    ``dynamic_update_slice`` with static offsets is updated in place.
+    """
+    block = jnp.broadcast_to(block, x.shape[:-2] + block.shape[-2:]).astype(x.dtype)
+    start = (0,) * (x.ndim - 2) + (row, col)
+    return lax.dynamic_update_slice(x, block, start)
+
+
+def default_tile_size(n: int, dtype) -> int:
+    """Tile size used when the caller gives none.
+
+    Large enough that the level-3 updates run near GEMM speed: at least 256 (float64) or
+    384 (float32) rows, and a quarter of ``n`` above that, so the unrolled program has at
+    most 4 block steps for n >= 1024 (compile time grows with the number of steps). On
+    this project's 2-core CPU, at n = 4000 float64 with XLA's default threading, the
+    tiled forward takes 1.31x the time of ``jax.lax.linalg.cholesky`` with tiles of 1000
+    against 1.58x with tiles of 256 (1.10x either way on one thread), and the blocked
+    adjoint is fastest there too.
+    """
+    base = 256 if np.dtype(dtype).itemsize == 8 else 384
+    return max(base, -(-n // 4))
+
+
+def blocks(n: int, nb: int):
+    return [(j, min(j + nb, n)) for j in range(0, n, nb)]
+
+
+def row_chunks(start, n, nb, parts=2):
+    """Rows ``start:n`` cut into at most ``parts`` chunks of at least ``nb`` rows."""
+    m = n - start
+    if m <= 0:
+        return []
+    p = max(1, min(parts, m // nb))
+    size = -(-m // p)
+    return [(r, min(r + size, n)) for r in range(start, n, size)]
+
+
+def diag_tiles(a, blocks, nb):
+    """``(..., nblocks, nb, nb)`` diagonal tiles of ``a``, the last padded with identity."""
+    out = []
+    for j, k in blocks:
+        t = a[..., j:k, j:k]
+        pad = nb - (k - j)
+        if pad:
+            t = jnp.pad(t, [(0, 0)] * (a.ndim - 2) + [(0, pad), (0, pad)])
+            t = t + jnp.diag(jnp.arange(nb) >= k - j).astype(t.dtype)
+        out.append(t)
+    return jnp.stack(out, axis=-3)
