@@ -48,7 +48,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import math
 from functools import partial
 from typing import Any, ClassVar
@@ -68,6 +67,7 @@ from gpchol._linalg.blocks import mT, symmetrize
 from gpchol._linalg.cholesky import guarded_chol
 from gpchol._linalg.gaussian import LOG_2PI, DenseCovariance, GaussianRule, gaussian_loglik
 from gpchol._linalg.solve import cho_inverse, solve_triangular
+from gpchol.distributed import gaussian_log_likelihood
 from gpchol.means import as_mean
 
 __all__ = ["GaussianProcessMarginal", "MultivariateNormal", "latent_gp"]
@@ -461,26 +461,6 @@ def _scalar_noise(noise):
     return noise
 
 
-def _distributed_loglik():
-    """``gpchol.distributed.gaussian_log_likelihood``, or a NotImplementedError."""
-    try:
-        mod = importlib.import_module("gpchol.distributed")
-    except ImportError as e:
-        raise NotImplementedError(
-            "GaussianProcessMarginal(..., mesh=...) evaluates the log-density with "
-            "gpchol.distributed.gaussian_log_likelihood, but the module gpchol.distributed "
-            f"is not available in this installation ({e}). Drop mesh= to use one device."
-        ) from None
-    fn = getattr(mod, "gaussian_log_likelihood", None)
-    if fn is None:
-        raise NotImplementedError(
-            "GaussianProcessMarginal(..., mesh=...) needs "
-            "gpchol.distributed.gaussian_log_likelihood, which gpchol.distributed does not "
-            "define yet. Drop mesh= to use one device."
-        )
-    return fn
-
-
 class GaussianProcessMarginal(MultivariateNormal):
     r"""Marginal distribution of a GP with Gaussian noise at the inputs ``X``.
 
@@ -501,9 +481,7 @@ class GaussianProcessMarginal(MultivariateNormal):
         mesh: ``None`` (one device), or a ``jax.sharding.Mesh``: then ``log_prob``
             is computed by ``gpchol.distributed.gaussian_log_likelihood(kernel, kernel,
             X, y - m(X), noise + jitter, mesh)`` (each device builds and factors only its
-            own covariance tiles; ``noise`` must then be a scalar). Raises
-            ``NotImplementedError`` (at construction) when ``gpchol.distributed`` or that
-            function is missing. On this path only
+            own covariance tiles; ``noise`` must then be a scalar). On this path only
             ``log_prob`` (of one ``(n,)`` vector) is sharded: ``sample``, ``scale_tril``
             and the matrix properties build the dense matrix, and a failure follows that
             function's status (a failed status or NaN is mapped to ``-inf``; the gradient
@@ -520,8 +498,9 @@ class GaussianProcessMarginal(MultivariateNormal):
         ((5,), ())
     """
 
-    pytree_data_fields = ("kernel", "X", "noise", "mean_function")
-    pytree_aux_fields = ("jitter", "mesh")
+    # numpyro's base class leaves these untyped, so mypy infers fixed-length tuples
+    pytree_data_fields = ("kernel", "X", "noise", "mean_function")  # type: ignore[assignment]
+    pytree_aux_fields = ("jitter", "mesh")  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -546,7 +525,6 @@ class GaussianProcessMarginal(MultivariateNormal):
         self.mesh = mesh
         loc = self.mean_function(X)
         if mesh is not None:
-            _distributed_loglik()  # fail early and clearly
             _scalar_noise(noise)
             self._kind = "covariance_matrix"
             self.loc = loc
@@ -590,9 +568,10 @@ class GaussianProcessMarginal(MultivariateNormal):
                 f"with mesh=..., log_prob takes one observation vector of shape ({n},); "
                 f"got shape {tuple(value.shape)}."
             )
-        fn = _distributed_loglik()
         noise = _scalar_noise(self.noise) + (self.jitter or 0.0)
-        out = fn(self.kernel, self.kernel, self.X, value - self.loc, noise, self.mesh)
+        out = gaussian_log_likelihood(
+            self.kernel, self.kernel, self.X, value - self.loc, noise, self.mesh
+        )
         lp, status = out if isinstance(out, tuple) else (out, 0)
         return jnp.where((status != 0) | jnp.isnan(lp), -jnp.inf, lp)
 

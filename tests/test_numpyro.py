@@ -1,7 +1,5 @@
 """gpchol.numpyro against numpyro.distributions.MultivariateNormal (float64)."""
 
-import sys
-import types
 
 import jax
 import jax.numpy as jnp
@@ -249,6 +247,8 @@ def test_gp_marginal_matches_dense_mvn(rng):
     ref = dist.MultivariateNormal(0.3 * X, cov)
     assert d.event_shape == (12,) and d.batch_shape == ()
     assert _rel(d.log_prob(y), ref.log_prob(y)) < 1e-10
+    with pytest.raises(ValueError, match="one observation"):
+        d.log_prob(np.stack([y, y]))
 
     def lp(kern):
         return gnp.GaussianProcessMarginal(kern, X, 0.1).log_prob(y)
@@ -287,34 +287,7 @@ def test_latent_gp():
     assert ld_bad == -np.inf
 
 
-def test_mesh_hook(monkeypatch):
-    X = np.linspace(0.0, 1.0, 6)
-    k = kernels.ExpSquared(0.5)
-    monkeypatch.setitem(sys.modules, "gpchol.distributed", types.ModuleType("gpchol.distributed"))
-    with pytest.raises(NotImplementedError, match="gaussian_log_likelihood"):
-        gnp.GaussianProcessMarginal(k, X, 0.1, mesh=object())
-    calls = []
-
-    def fake(kernel_fn, params, X_, r, noise, mesh):
-        calls.append(mesh)
-        K = params(X_, X_) + noise * jnp.eye(X_.shape[0])
-        return dist.MultivariateNormal(0.0, K).log_prob(r), 0
-
-    fake_mod = types.ModuleType("gpchol.distributed")
-    fake_mod.gaussian_log_likelihood = fake
-    monkeypatch.setitem(sys.modules, "gpchol.distributed", fake_mod)
-    y = np.cos(X)
-    d = gnp.GaussianProcessMarginal(k, X, 0.1, mean=0.5, mesh="mesh")
-    ref = gnp.GaussianProcessMarginal(k, X, 0.1, mean=0.5)
-    assert _rel(d.log_prob(y), ref.log_prob(y)) < 1e-12 and calls == ["mesh"]
-    with pytest.raises(ValueError, match="one observation"):
-        d.log_prob(np.stack([y, y]))
-
-
 def test_mesh_path_with_gpchol_distributed():
-    gd = pytest.importorskip("gpchol.distributed")
-    if not hasattr(gd, "gaussian_log_likelihood") or len(jax.devices()) < 4:
-        pytest.skip("needs gpchol.distributed.gaussian_log_likelihood and 4 devices")
     mesh = jax.make_mesh((2, 2), ("r", "c"))
     X = np.linspace(0.0, 1.0, 16)
     y = np.sin(6.0 * X)
@@ -322,12 +295,6 @@ def test_mesh_path_with_gpchol_distributed():
     d = gnp.GaussianProcessMarginal(k, X, 0.1, mean=0.2, mesh=mesh)
     ref = gnp.GaussianProcessMarginal(k, X, 0.1, mean=0.2)
     assert _rel(d.log_prob(y), ref.log_prob(y)) < 1e-10
-
-
-def test_mesh_hook_without_module(monkeypatch):
-    monkeypatch.setitem(sys.modules, "gpchol.distributed", None)  # import fails
-    with pytest.raises(NotImplementedError, match=r"gpchol\.distributed"):
-        gnp.GaussianProcessMarginal(kernels.ExpSquared(), np.zeros(3), 0.1, mesh=object())
 
 
 def _run_nuts(mvn, X, y, seed):

@@ -7,11 +7,10 @@ import math
 import types
 
 import jax
-import numpy as np
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from gpchol._base.validate import as_float_array
+from gpchol._base.validate import as_float_array, check_tile_size
 from gpchol.distributed import _core, _layout, _local
 
 __all__ = [
@@ -112,10 +111,7 @@ def _setup(n, T_A, mesh, row_axis, col_axis):
     shard = min(n // Pr, n // Pc)
     if T_A is None:
         T_A = default_tile(n, Pr, Pc)
-    if isinstance(T_A, bool) or not isinstance(T_A, (int, np.integer)):
-        raise TypeError(f"T_A must be a positive int; got {T_A!r}.")
-    if T_A < 1:
-        raise ValueError(f"T_A (tile size) must be >= 1; got {T_A}.")
+    T_A = check_tile_size(T_A, "T_A")
     if T_A > shard:
         raise ValueError(
             f"T_A = {T_A} is larger than a shard ({n // Pr} x {n // Pc} on a {Pr}x{Pc} "
@@ -389,14 +385,9 @@ def _potrs_traced(L, b, T_A, mesh, spec):
     grid, pad = _setup(n, T_A, mesh, r, c)
     b2, vec = _rhs(b, n)
     b2 = _constrain(b2.astype(L.dtype), mesh, P())
-    L = _sym_tangent_lower(L)
     body = functools.partial(_core.potrs_block, grid, pad)
     x = _smap(body, mesh, (spec, P()), P())(L, b2)
     return x[:, 0] if vec else x
-
-
-def _sym_tangent_lower(L):
-    return L
 
 
 def potrs_jit_ctx(L, b, T_A=None, *, mesh=None, spec=None):
