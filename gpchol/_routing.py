@@ -8,8 +8,12 @@ distributed layer.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import jax
 from jax.sharding import NamedSharding
+from jax.typing import ArrayLike
 
 from gpchol._base.validate import check_jitter, is_concrete
 from gpchol._linalg.backends import Backend
@@ -19,7 +23,9 @@ from gpchol._linalg.status import raise_if_failed
 __all__ = ["cholesky", "cholesky_with_status", "maybe_sharded_cholesky"]
 
 
-def maybe_sharded_cholesky(a, tile_size=None):
+def maybe_sharded_cholesky(
+    a: Any, tile_size: int | None = None
+) -> tuple[jax.Array, jax.Array] | None:
     """The sharded factor of ``a`` if ``a`` is a 2-D matrix sharded over a mesh, else None.
 
     ``a`` qualifies when it is a concrete or traced ``(n, n)`` array whose sharding is a
@@ -55,11 +61,11 @@ def maybe_sharded_cholesky(a, tile_size=None):
 
 
 def cholesky_with_status(
-    a: object,
+    a: ArrayLike,
     *,
     tile_size: int | None = None,
     backend: str | Backend = "auto",
-    jitter: object = None,
+    jitter: float | Sequence[float] | None = None,
 ) -> tuple[jax.Array, ...]:
     r"""Cholesky factor and LAPACK-style status, usable inside ``jit``.
 
@@ -98,12 +104,12 @@ def cholesky_with_status(
 
 
 def cholesky(
-    a: object,
+    a: ArrayLike,
     *,
     tile_size: int | None = None,
     backend: str | Backend = "auto",
     check: bool = False,
-    jitter: object = None,
+    jitter: float | Sequence[float] | None = None,
 ) -> jax.Array:
     r"""Lower Cholesky factor ``L`` with ``L L^T = (A + A^T) / 2``, differentiable.
 

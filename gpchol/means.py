@@ -19,13 +19,15 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, dataclass_transform
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from gpchol._base.validate import as_inputs
+
+_T = TypeVar("_T")
 
 __all__ = ["Constant", "Function", "Linear", "Mean", "Zero", "as_mean"]
 
@@ -34,12 +36,13 @@ def _static(default: Any = None) -> Any:
     return dataclasses.field(default=default, metadata={"static": True})
 
 
-def _pytree_dataclass(cls: type) -> type:
-    cls = dataclasses.dataclass(frozen=True, eq=False)(cls)
-    fields = dataclasses.fields(cls)
+@dataclass_transform(eq_default=False, frozen_default=True, field_specifiers=(dataclasses.field,))
+def _pytree_dataclass(cls: type[_T]) -> type[_T]:
+    dc: Any = dataclasses.dataclass(frozen=True, eq=False)(cls)
+    fields = dataclasses.fields(dc)
     meta = [f.name for f in fields if f.metadata.get("static", False)]
     data = [f.name for f in fields if not f.metadata.get("static", False)]
-    return jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
+    return jax.tree_util.register_dataclass(dc, data_fields=data, meta_fields=meta)
 
 
 def _param(value: Any, dtype: Any) -> jax.Array:

@@ -21,7 +21,15 @@ class NotPositiveDefiniteError(np.linalg.LinAlgError):
         jitter: the jitter values that were tried, if any.
     """
 
-    def __init__(self, message, *, pivot, batch_index=(), min_diagonal=None, jitter=()):
+    def __init__(
+        self,
+        message: str,
+        *,
+        pivot: int,
+        batch_index: tuple[int, ...] = (),
+        min_diagonal: float | None = None,
+        jitter: tuple[float, ...] = (),
+    ) -> None:
         super().__init__(message)
         self.pivot = int(pivot)
         self.batch_index = tuple(batch_index)

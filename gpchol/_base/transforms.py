@@ -235,7 +235,7 @@ def _is_transform_leaf(x: Any) -> bool:
 def _apply(method: str, params: Any, transforms: Any) -> Any:
     treedef = jax.tree_util.tree_structure(transforms, is_leaf=_is_transform_leaf)
     try:
-        treedef.flatten_up_to(params)
+        treedef.flatten_up_to(params)  # type: ignore[attr-defined]  # exists; not in jaxlib's stubs
     except (ValueError, TypeError) as err:
         raise ValueError(
             "transforms must be a pytree prefix of params (the same containers, with a "

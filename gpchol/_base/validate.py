@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def as_float_array(x, name: str):
+def as_float_array(x: Any, name: str) -> jax.Array:
     """Return ``x`` as a JAX array of a supported float dtype, or raise ``TypeError``.
 
     Python scalars and integer NumPy inputs are refused rather than silently cast, so
@@ -36,7 +39,7 @@ def as_float_array(x, name: str):
     return x if isinstance(x, jnp.ndarray) else jnp.asarray(x)
 
 
-def check_square(a, name: str = "a"):
+def check_square(a: jax.Array, name: str = "a") -> None:
     """Raise ``ValueError`` unless ``a`` has shape ``(..., n, n)``."""
     if a.ndim < 2:
         raise ValueError(
@@ -49,7 +52,7 @@ def check_square(a, name: str = "a"):
         )
 
 
-def check_tile_size(tile_size, name: str = "tile_size"):
+def check_tile_size(tile_size: object, name: str = "tile_size") -> int | None:
     """Validate an optional tile size; returns it as ``int`` or ``None``."""
     if tile_size is None:
         return None
@@ -60,14 +63,14 @@ def check_tile_size(tile_size, name: str = "tile_size"):
     return int(tile_size)
 
 
-def is_concrete(*xs) -> bool:
+def is_concrete(*xs: object) -> bool:
     """True when no argument is a JAX tracer (so values can be read on the host)."""
     from jax.core import Tracer
 
     return not any(isinstance(x, Tracer) for x in xs)
 
 
-def as_inputs(X, name: str = "X"):
+def as_inputs(X: ArrayLike, name: str = "X") -> jax.Array:
     """``X`` as a floating ``(n, d)`` array (``(n,)`` is read as ``(n, 1)``), or raise.
 
     Integer inputs are cast to the default float dtype (they are coordinates, not a

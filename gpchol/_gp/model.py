@@ -35,11 +35,14 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import AbstractMesh, Mesh
+from jax.typing import ArrayLike, DTypeLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
 from gpchol._base.validate import as_inputs, check_jitter, check_tile_size, is_concrete
@@ -54,7 +57,7 @@ from gpchol.means import Mean, as_mean
 __all__ = ["GaussianProcess", "Posterior"]
 
 
-def _concrete_check(X, noise) -> None:
+def _concrete_check(X: ArrayLike, noise: ArrayLike) -> None:
     """Checks that only make sense on concrete values (skipped inside ``jit``)."""
     if not is_concrete(X, noise):
         return
@@ -74,7 +77,7 @@ def _concrete_check(X, noise) -> None:
         )
 
 
-def _input_mesh(X):
+def _input_mesh(X: object) -> Mesh | AbstractMesh | None:
     """The mesh of ``X`` when it is placed on a multi-device mesh (the sharded path)."""
     from jax.sharding import NamedSharding
 
@@ -92,7 +95,7 @@ def _input_mesh(X):
 # ----------------------------------------------------------------------------------------
 
 
-def _gp_rows(gp, start, size):
+def _gp_rows(gp: GaussianProcess, start: jax.Array | int, size: int) -> jax.Array:
     """Rows ``start:start+size`` of ``k(X, X) + diag(noise)``, ``(size, n)``.
 
     ``start`` may be traced (``lax.dynamic_slice``); kernels are tile-exact, so these rows
@@ -107,7 +110,7 @@ def _gp_rows(gp, start, size):
     return Kb + jnp.where(on, noise[:, None], jnp.zeros((), Kb.dtype))
 
 
-def _row_block(n):
+def _row_block(n: int) -> int:
     """Rows per step of the blocked contraction ``<W, dK>``: 256, or n if smaller."""
     return min(n, 256)
 
@@ -121,20 +124,20 @@ class _GPCovariance:
     (:meth:`contract`), so no ``n x n`` intermediate of the kernel is stored.
     """
 
-    def __init__(self, gp):
+    def __init__(self, gp: GaussianProcess) -> None:
         self.gp = gp
 
-    def tree_flatten(self):
+    def tree_flatten(self) -> tuple[tuple[GaussianProcess], None]:
         return (self.gp,), None
 
     @classmethod
-    def tree_unflatten(cls, aux, children):
+    def tree_unflatten(cls, aux: None, children: tuple[GaussianProcess]) -> _GPCovariance:
         return cls(*children)
 
-    def build(self, dtype, jitter):
+    def build(self, dtype: DTypeLike, jitter: float) -> jax.Array:
         return DenseCovariance(self.gp.covariance_matrix()).build(dtype, jitter)
 
-    def contract(self, source_dot, alpha, kinv):
+    def contract(self, source_dot: _GPCovariance, alpha: jax.Array, kinv: jax.Array) -> jax.Array:
         """``<W, dK>``, ``W = (alpha alpha^T - K^-1) / 2``, summed over row blocks.
 
         A ``lax.scan`` over blocks of rows: each step re-evaluates the kernel rows
@@ -149,7 +152,7 @@ class _GPCovariance:
         starts = jnp.arange(0, n, size)
 
         @jax.checkpoint
-        def step(acc, j0):
+        def step(acc: jax.Array, j0: jax.Array) -> tuple[jax.Array, None]:
             start = jnp.minimum(j0, n - size)  # the last block is shifted back ...
             _, Kd = jax.jvp(lambda g: _gp_rows(g, start, size), (gp,), (gp_dot,))
             keep = (start + jnp.arange(size) >= j0)[:, None]  # ... and its overlap masked
@@ -208,7 +211,7 @@ class GaussianProcess:
         jitter: Any = None,
         backend: str = "auto",
         tile_size: int | None = None,
-    ):
+    ) -> None:
         if not isinstance(kernel, Kernel):
             raise TypeError(
                 f"kernel must be a gpchol kernel (gpchol.kernels.*); got {type(kernel).__name__}."
@@ -233,13 +236,13 @@ class GaussianProcess:
         self.tile_size = tile_size
 
     # ------------------------------------------------------------------ pytree protocol
-    def tree_flatten(self):
+    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         children = (self.kernel, self.X, self.noise, self.mean)
         aux = (self.jitter, self.backend, self.tile_size)
         return children, aux
 
     @classmethod
-    def tree_unflatten(cls, aux, children):
+    def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> GaussianProcess:
         obj = object.__new__(cls)
         obj.kernel, obj.X, obj.noise, obj.mean = children
         obj.jitter, obj.backend, obj.tile_size = aux
@@ -268,7 +271,7 @@ class GaussianProcess:
         """``(n,)`` prior mean at the training inputs."""
         return self.mean(self.X)
 
-    def factor(self):
+    def factor(self) -> tuple[jax.Array, ...]:
         """Cholesky factor of the observation covariance, with status.
 
         Returns:
@@ -296,7 +299,7 @@ class GaussianProcess:
             L, status, used = out
         return L, status, used
 
-    def _residual(self, y):
+    def _residual(self, y: ArrayLike) -> jax.Array:
         y = jnp.asarray(y)
         if y.ndim != 1 or y.shape[0] != self.n:
             raise ValueError(
@@ -309,7 +312,7 @@ class GaussianProcess:
             dtype = self.X.dtype
         return y.astype(dtype) - m.astype(dtype)
 
-    def _check(self, status, check: bool, what: str):
+    def _check(self, status: jax.Array, check: bool, what: str) -> None:
         if not check:
             return
         if not is_concrete(status):
@@ -333,7 +336,7 @@ class GaussianProcess:
             ) from None
 
     # ------------------------------------------------------------------- likelihood
-    def log_marginal_likelihood_with_status(self, y):
+    def log_marginal_likelihood_with_status(self, y: ArrayLike) -> tuple[jax.Array, jax.Array]:
         """Log marginal likelihood and factorization status (usable inside ``jit``).
 
         Args:
@@ -364,7 +367,7 @@ class GaussianProcess:
         nb = tile_for(be, self.n, r.dtype, check_tile_size(self.tile_size))
         return gaussian_loglik(_GPCovariance(self), r, GaussianRule(be, nb, self.jitter))
 
-    def _sharded_lml(self, r, mesh):
+    def _sharded_lml(self, r: jax.Array, mesh: Any) -> tuple[jax.Array, jax.Array]:
         """The likelihood on ``gpchol.distributed``: covariance tiles built where they live."""
         from gpchol.distributed import gaussian_log_likelihood
 
@@ -386,7 +389,7 @@ class GaussianProcess:
             self.kernel, self.kernel, X, r, noise + extra, mesh, self.tile_size
         )
 
-    def log_marginal_likelihood(self, y, *, check: bool = False):
+    def log_marginal_likelihood(self, y: ArrayLike, *, check: bool = False) -> jax.Array:
         r"""``log p(y | X, theta)``, differentiable in every parameter and in ``y``.
 
         Args:
@@ -410,7 +413,7 @@ class GaussianProcess:
         self._check(status, check, "log_marginal_likelihood")
         return value
 
-    def condition(self, y, *, check: bool = False) -> Posterior:
+    def condition(self, y: ArrayLike, *, check: bool = False) -> Posterior:
         """The posterior given observations ``y`` at the training inputs.
 
         Args:
@@ -437,7 +440,7 @@ class GaussianProcess:
         self._check(status, check, "condition")
         return Posterior(self, L, alpha, value, status, used)
 
-    def numpyro_dist(self):
+    def numpyro_dist(self) -> Any:
         """This GP's marginal distribution over ``y`` as a NumPyro distribution.
 
         Returns:
@@ -485,7 +488,15 @@ class Posterior:
         (3, 2)
     """
 
-    def __init__(self, gp, L, alpha, log_marginal_likelihood, status, jitter_used):
+    def __init__(
+        self,
+        gp: GaussianProcess,
+        L: jax.Array,
+        alpha: jax.Array,
+        log_marginal_likelihood: jax.Array,
+        status: jax.Array,
+        jitter_used: jax.Array,
+    ) -> None:
         self.gp = gp
         self.L = L
         self.alpha = alpha
@@ -493,7 +504,7 @@ class Posterior:
         self.status = status
         self.jitter_used = jitter_used
 
-    def tree_flatten(self):
+    def tree_flatten(self) -> tuple[tuple[Any, ...], None]:
         return (
             self.gp,
             self.L,
@@ -504,7 +515,7 @@ class Posterior:
         ), None
 
     @classmethod
-    def tree_unflatten(cls, aux, children):
+    def tree_unflatten(cls, aux: None, children: tuple[Any, ...]) -> Posterior:
         obj = object.__new__(cls)
         (
             obj.gp,
@@ -516,7 +527,7 @@ class Posterior:
         ) = children
         return obj
 
-    def _Xs(self, Xs):
+    def _Xs(self, Xs: ArrayLike | None) -> jax.Array:
         Xs = self.gp.X if Xs is None else as_inputs(Xs, "Xs")
         if Xs.shape[1] != self.gp.X.shape[1]:
             raise ValueError(
@@ -524,11 +535,11 @@ class Posterior:
             )
         return Xs.astype(self.L.dtype)
 
-    def _V(self, Xs):
+    def _V(self, Xs: jax.Array) -> tuple[jax.Array, jax.Array]:
         Ks = self.gp.kernel(self.gp.X.astype(Xs.dtype), Xs)  # (n, m)
         return Ks, trsm(self.L, Ks, left=True)
 
-    def mean(self, Xs=None) -> jax.Array:
+    def mean(self, Xs: ArrayLike | None = None) -> jax.Array:
         """Posterior mean of the latent function, ``m(Xs) + k(Xs, X) alpha``.
 
         Args:
@@ -541,7 +552,7 @@ class Posterior:
         Ks = self.gp.kernel(self.gp.X.astype(Xs.dtype), Xs)
         return self.gp.mean(Xs).astype(Xs.dtype) + Ks.T @ self.alpha
 
-    def variance(self, Xs=None, *, include_noise: bool = False) -> jax.Array:
+    def variance(self, Xs: ArrayLike | None = None, *, include_noise: bool = False) -> jax.Array:
         """Posterior marginal variance of the latent function at each test input.
 
         Args:
@@ -567,7 +578,7 @@ class Posterior:
             var = var + noise
         return var
 
-    def covariance(self, Xs=None) -> jax.Array:
+    def covariance(self, Xs: ArrayLike | None = None) -> jax.Array:
         """Posterior covariance of the latent function, ``k(Xs, Xs) - V^T V``.
 
         Args:
@@ -581,7 +592,14 @@ class Posterior:
         C = self.gp.kernel(Xs, Xs) - V.T @ V
         return 0.5 * (C + C.T)
 
-    def sample(self, key, Xs=None, num: int = 1, *, jitter=(1e-10, 1e-8, 1e-6)) -> jax.Array:
+    def sample(
+        self,
+        key: jax.Array,
+        Xs: ArrayLike | None = None,
+        num: int = 1,
+        *,
+        jitter: float | Sequence[float] | None = (1e-10, 1e-8, 1e-6),
+    ) -> jax.Array:
         """Joint samples of the latent function from the posterior.
 
         Args:

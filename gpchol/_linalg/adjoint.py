@@ -3,19 +3,20 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from gpchol._linalg.blocks import blocks, mT, phi, put, trsm
 
 
-def chol_tangent(L, a_dot):
+def chol_tangent(L: jax.Array, a_dot: jax.Array) -> jax.Array:
     """Forward-mode map ``dA -> L Phi(L^-1 dA L^-T)`` (``dA`` symmetric)."""
     x = trsm(L, a_dot, left=True)
     x = trsm(L, x, left=False, trans=True)
     return L @ phi(x)
 
 
-def chol_rev_symbolic(L, Lbar):
+def chol_rev_symbolic(L: jax.Array, Lbar: jax.Array) -> jax.Array:
     """Murray's symbolic reverse step on one block, in his lower-triangular convention.
 
     ``P = Phi(L^T Lbar)``; ``Abar = Phi(L^-T (P + P^T) L^-1)``. The symmetric gradient is
@@ -28,7 +29,7 @@ def chol_rev_symbolic(L, Lbar):
     return phi(S)
 
 
-def chol_rev_blocked(L, Lbar, nb):
+def chol_rev_blocked(L: jax.Array, Lbar: jax.Array, nb: int) -> jax.Array:
     """Murray's blocked (level-3) Cholesky adjoint, lower-triangular convention.
 
     Walks block columns ``j:k`` from the last to the first with, for the factor,

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import DTypeLike
 
 from gpchol._base.validate import as_float_array, check_square, check_tile_size
 from gpchol._linalg.adjoint import chol_rev_blocked
@@ -161,7 +162,7 @@ def resolve_backend(choice: str | Backend, a: object) -> Backend:
     return _TABLE[choice]
 
 
-def tile_for(be: Backend, n: int, dtype: object, tile_size: int | None) -> int | None:
+def tile_for(be: Backend, n: int, dtype: DTypeLike, tile_size: int | None) -> int | None:
     """The tile size to use: the user's (clipped to ``[1, n]``), else the default.
 
     A backend that picks its own blocking (CUDA) keeps ``None`` when none was given.
@@ -181,8 +182,8 @@ def prepare(
     For the CUDA backend a tile size the user did not give stays ``None``: the kernels then
     pick their own (one cuSOLVER call for the forward pass, a GPU-sized adjoint block).
     """
-    a = as_float_array(a, name)
-    check_square(a, name)
+    x = as_float_array(a, name)
+    check_square(x, name)
     nb = check_tile_size(tile_size)
-    be = resolve_backend(choice, a)
-    return a, tile_for(be, a.shape[-1], a.dtype, nb), be
+    be = resolve_backend(choice, x)
+    return x, tile_for(be, x.shape[-1], x.dtype, nb), be

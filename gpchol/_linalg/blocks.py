@@ -4,26 +4,30 @@ the block partition and the default tile size."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import DTypeLike
 
 
-def mT(x):
+def mT(x: jax.Array) -> jax.Array:
     return jnp.swapaxes(x, -1, -2)
 
 
-def phi(x):
+def phi(x: jax.Array) -> jax.Array:
     """Lower triangle of ``x`` with its diagonal halved: ``Phi(X)``."""
     n = x.shape[-1]
     return jnp.tril(x) - 0.5 * x * jnp.eye(n, dtype=x.dtype)
 
 
-def symmetrize(a):
+def symmetrize(a: jax.Array) -> jax.Array:
     return 0.5 * (a + mT(a))
 
 
-def trsm(a, b, *, left, lower=True, trans=False):
+def trsm(
+    a: jax.Array, b: jax.Array, *, left: bool, lower: bool = True, trans: bool = False
+) -> jax.Array:
     """Triangular solve ``op(a) x = b`` (left) or ``x op(a) = b`` (right), batched.
 
     XLA's CPU triangular solve (LAPACK) wants column-major operands. Handed slices of a
@@ -42,7 +46,7 @@ def trsm(a, b, *, left, lower=True, trans=False):
     return mT(xt)
 
 
-def potrf_tile(t):
+def potrf_tile(t: jax.Array) -> jax.Array:
     """Cholesky of a symmetric tile (both triangles valid), posed on its transpose.
 
     Same layout reason as :func:`trsm`: ``t^T`` is a column-major view of a row-major
@@ -51,7 +55,7 @@ def potrf_tile(t):
     return lax.linalg.cholesky(mT(t), symmetrize_input=False)
 
 
-def put(x, block, row, col):
+def put(x: jax.Array, block: jax.Array, row: int, col: int) -> jax.Array:
     """``x`` with ``block`` written at ``[..., row:, col:]`` (an in-place update in XLA).
 
     ``x.at[...].set`` lowers to a scatter, which XLA on CPU may copy whole;
@@ -62,7 +66,7 @@ def put(x, block, row, col):
     return lax.dynamic_update_slice(x, block, start)
 
 
-def default_tile_size(n: int, dtype) -> int:
+def default_tile_size(n: int, dtype: DTypeLike) -> int:
     """Tile size used when the caller gives none.
 
     Large enough that the level-3 updates run near GEMM speed: at least 256 (float64) or
@@ -77,11 +81,11 @@ def default_tile_size(n: int, dtype) -> int:
     return max(base, -(-n // 4))
 
 
-def blocks(n: int, nb: int):
+def blocks(n: int, nb: int) -> list[tuple[int, int]]:
     return [(j, min(j + nb, n)) for j in range(0, n, nb)]
 
 
-def row_chunks(start, n, nb, parts=2):
+def row_chunks(start: int, n: int, nb: int, parts: int = 2) -> list[tuple[int, int]]:
     """Rows ``start:n`` cut into at most ``parts`` chunks of at least ``nb`` rows."""
     m = n - start
     if m <= 0:
@@ -91,7 +95,7 @@ def row_chunks(start, n, nb, parts=2):
     return [(r, min(r + size, n)) for r in range(start, n, size)]
 
 
-def diag_tiles(a, blocks, nb):
+def diag_tiles(a: jax.Array, blocks: list[tuple[int, int]], nb: int) -> jax.Array:
     """``(..., nblocks, nb, nb)`` diagonal tiles of ``a``, the last padded with identity."""
     out = []
     for j, k in blocks:

@@ -22,11 +22,13 @@ higher-order derivatives (``jax.hessian``, ``jacfwd(jacrev)``) are correct too.
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from gpchol._base.validate import check_jitter
 from gpchol._linalg.adjoint import chol_tangent
@@ -55,7 +57,9 @@ def chol(a: jax.Array, backend: Backend, nb: int | None) -> tuple[jax.Array, jax
 
 
 @chol.defjvp
-def _chol_jvp(backend, nb, primals, tangents):
+def _chol_jvp(
+    backend: Backend, nb: int | None, primals: tuple[jax.Array], tangents: tuple[jax.Array]
+) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, Any]]:  # Any: a float0 array
     (a,), (a_dot,) = primals, tangents
     L, status = chol(a, backend, nb)
     if a.shape[-1] == 0:
@@ -76,20 +80,20 @@ def linear_chol_tangent(
       transpose_solve Lb -> Murray's blocked adjoint (reverse mode)
     """
 
-    def matvec(x):
+    def matvec(x: jax.Array) -> jax.Array:
         s = L @ mT(x)  # written so that only L (not also L^T) becomes a residual
         return s + mT(s)
 
-    def solve(_, b):
+    def solve(_: object, b: jax.Array) -> jax.Array:
         return chol_tangent(L, b)
 
-    def transpose_solve(_, lbar):
+    def transpose_solve(_: object, lbar: jax.Array) -> jax.Array:
         return backend.adjoint(L, lbar, nb)
 
     return lax.custom_linear_solve(matvec, a_dot, solve, transpose_solve)
 
 
-def _mask(ok: jax.Array, x: jax.Array, fill: object) -> jax.Array:
+def _mask(ok: jax.Array, x: jax.Array, fill: ArrayLike) -> jax.Array:
     return jnp.where(ok[..., None, None], x, fill)
 
 
@@ -109,7 +113,9 @@ def guarded_chol(a: jax.Array, backend: Backend, nb: int | None) -> tuple[jax.Ar
 
 
 @guarded_chol.defjvp
-def _guarded_chol_jvp(backend, nb, primals, tangents):
+def _guarded_chol_jvp(
+    backend: Backend, nb: int | None, primals: tuple[jax.Array], tangents: tuple[jax.Array]
+) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, Any]]:  # Any: a float0 array
     (a,), (a_dot,) = primals, tangents
     Ls, ok = guarded_chol(a, backend, nb)
     L_dot = linear_chol_tangent(Ls, _mask(ok, a_dot, 0.0), backend, nb)
@@ -129,10 +135,12 @@ def factor_with_jitter(
     j0 = jnp.asarray(jitter[0], a.dtype)
     L, status = chol(a + j0 * eye, backend, nb)
     used = jnp.full(a.shape[:-2], j0)
-    for jv in jitter[1:]:
-        jv = jnp.asarray(jv, a.dtype)
+    for j in jitter[1:]:
+        jv = jnp.asarray(j, a.dtype)
 
-        def retry(carry, jv=jv):
+        def retry(
+            carry: tuple[jax.Array, jax.Array, jax.Array], jv: jax.Array = jv
+        ) -> tuple[jax.Array, jax.Array, jax.Array]:
             L0, s0, u0 = carry
             L1, s1 = chol(a + jv * eye, backend, nb)
             redo = s0 != 0
@@ -155,9 +163,9 @@ def factor_with_status(
 ) -> tuple[jax.Array, ...]:
     """``(L, status)`` (or ``(L, status, jitter_used)``) on one device; see
     :func:`gpchol.cholesky_with_status`, which routes here unless the input is sharded."""
-    a, nb, be = prepare(a, tile_size, backend)
-    jitter = check_jitter(jitter)
-    a = symmetrize(a)
-    if jitter is None:
-        return chol(a, be, nb)
-    return factor_with_jitter(a, be, nb, jitter)
+    x, nb, be = prepare(a, tile_size, backend)
+    jitters = check_jitter(jitter)
+    x = symmetrize(x)
+    if jitters is None:
+        return chol(x, be, nb)
+    return factor_with_jitter(x, be, nb, jitters)

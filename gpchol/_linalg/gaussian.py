@@ -97,7 +97,7 @@ def _instantiate(tree: Any) -> Any:
 class DenseCovariance:
     """A covariance source holding the matrix itself: ``(..., n, n)`` symmetric ``K``."""
 
-    def __init__(self, cov: jax.Array):
+    def __init__(self, cov: jax.Array) -> None:
         self.cov = cov
 
     def tree_flatten(self) -> tuple[tuple[jax.Array], None]:
@@ -228,7 +228,9 @@ def gaussian_loglik(source: Any, r: jax.Array, rule: GaussianRule) -> tuple[jax.
     return value, status
 
 
-def _gaussian_loglik_jvp(rule, primals, tangents):
+def _gaussian_loglik_jvp(
+    rule: GaussianRule, primals: tuple[Any, jax.Array], tangents: tuple[Any, Any]
+) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, Any]]:  # Any: a float0 array
     # d logp = -alpha . dr + <W, dK>, W = (alpha alpha^T - K^-1) / 2 (R&W 2006, eq. 5.9),
     # written linear in the tangents so JAX transposes it for reverse mode. Symbolic-zero
     # tangents are skipped: K^-1 is not formed when only r is differentiated.

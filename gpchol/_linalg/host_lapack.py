@@ -15,7 +15,9 @@ The function is differentiable (a ``custom_jvp``, so higher orders work too).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +27,7 @@ from jax import lax
 try:  # in-place host callbacks (XLA buffers handed to NumPy, outputs aliased to inputs)
     from jax.experimental.buffer_callback import buffer_callback
 except ImportError:  # pragma: no cover - older JAX: copying pure_callback instead
-    buffer_callback = None
+    buffer_callback = None  # type: ignore[assignment]  # optional: absent in older JAX
 
 __all__ = ["HOST_MIN_N", "cho_inverse_cpu", "chol_solve_cpu"]
 
@@ -36,7 +38,7 @@ HOST_MIN_N = 128
 _MIRROR_BLOCK = 512
 
 
-def _mirror_lower(a):
+def _mirror_lower(a: np.ndarray) -> None:
     """Copy the strict lower triangle of the C-ordered square ``a`` onto its upper one.
 
     Done by square blocks so that no temporary larger than a block is made.
@@ -53,7 +55,7 @@ def _mirror_lower(a):
             a[i:i1, j:j1] = a[j:j1, i:i1].T
 
 
-def _potri_into(out, upper):
+def _potri_into(out: np.ndarray, upper: bool) -> None:
     """In place: ``out`` ``(..., n, n)`` holds the factors (``L``, or ``L^T`` when
     ``upper``) on entry and the full inverses ``A^-1`` on exit (C order)."""
     from scipy.linalg import lapack
@@ -76,20 +78,20 @@ def _potri_into(out, upper):
             _mirror_lower(o)
 
 
-def _potri_host(F, upper):
+def _potri_host(F: np.ndarray, upper: bool) -> np.ndarray:
     """``pure_callback`` form: a new array with the inverses of the factors ``F``."""
     out = np.array(F, copy=True, order="C")
     _potri_into(out, upper)
     return out
 
 
-def _potri_buffers(ctx, out, F, *, upper):
+def _potri_buffers(ctx: Any, out: Any, F: Any, *, upper: bool) -> None:
     """``buffer_callback`` form: ``out`` is ``F``'s own buffer (aliased), in place."""
     del ctx, F
     _potri_into(np.asarray(out), upper)
 
 
-def _potri_callback(L, transposed):
+def _potri_callback(L: jax.Array, transposed: bool) -> jax.Array:
     # With ``transposed`` the callback is handed ``L^T``: a factor that XLA keeps in
     # column-major layout (LAPACK's potrf output) then reaches it without a copy.
     arg = jnp.swapaxes(L, -1, -2) if transposed else L
@@ -110,12 +112,14 @@ def _potri_callback(L, transposed):
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(1,))
-def _cho_inverse_host(L, transposed):
+def _cho_inverse_host(L: jax.Array, transposed: bool) -> jax.Array:
     return _potri_callback(L, transposed)
 
 
 @_cho_inverse_host.defjvp
-def _cho_inverse_host_jvp(transposed, primals, tangents):
+def _cho_inverse_host_jvp(
+    transposed: bool, primals: tuple[jax.Array], tangents: tuple[jax.Array]
+) -> tuple[jax.Array, jax.Array]:
     # With A = L L^T: d(A^-1) = -A^-1 dA A^-1 and dA = dL L^T + L dL^T. Written with JAX
     # operations, so the tangent is itself differentiable (hessians of the likelihood).
     (L,), (dL,) = primals, tangents
@@ -124,7 +128,9 @@ def _cho_inverse_host_jvp(transposed, primals, tangents):
     return inv, -(inv @ (s + jnp.swapaxes(s, -1, -2)) @ inv)
 
 
-def cho_inverse_cpu(L, tiled, *, column_major=False):
+def cho_inverse_cpu(
+    L: jax.Array, tiled: Callable[[jax.Array], jax.Array], *, column_major: bool = False
+) -> jax.Array:
     """``A^-1`` from the lower factor ``L``: LAPACK on the CPU, ``tiled(L)`` elsewhere.
 
     The platform is chosen when the computation is lowered
@@ -151,7 +157,14 @@ def cho_inverse_cpu(L, tiled, *, column_major=False):
 # ----------------------------------------------------------------------------------------
 
 
-def _chol_solve_into(L, r, alpha, quad, logdet, status):
+def _chol_solve_into(
+    L: np.ndarray,
+    r: np.ndarray,
+    alpha: np.ndarray,
+    quad: np.ndarray,
+    logdet: np.ndarray,
+    status: np.ndarray,
+) -> None:
     """In place: ``L`` ``(..., n, n)`` holds ``K`` on entry (lower triangle read) and its
     lower Cholesky factor on exit; ``alpha``, ``quad``, ``logdet``, ``status`` are filled.
 
@@ -185,7 +198,7 @@ def _chol_solve_into(L, r, alpha, quad, logdet, status):
         logdet[idx] = 2.0 * np.sum(np.log(np.diagonal(o)))
 
 
-def _chol_solve_host(K, r):
+def _chol_solve_host(K: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, ...]:
     """``pure_callback`` form: ``(L, alpha, quad, logdet, status)`` as new arrays."""
     K = np.asarray(K)
     r = np.asarray(r)
@@ -199,14 +212,14 @@ def _chol_solve_host(K, r):
     return L, alpha, quad, logdet, status
 
 
-def _chol_solve_buffers(ctx, out, K, r):
+def _chol_solve_buffers(ctx: Any, out: Sequence[Any], K: Any, r: Any) -> None:
     """``buffer_callback`` form: ``out[0]`` is ``K``'s own buffer (aliased), in place."""
     del ctx, K
     L, *results = (np.asarray(b) for b in out)
     _chol_solve_into(L, np.asarray(r), *results)
 
 
-def chol_solve_cpu(K, r):
+def chol_solve_cpu(K: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
     """``(L, alpha, quad, logdet, status)`` of ``K`` and ``r`` by LAPACK on the host.
 
     Used by the Gaussian likelihoods on the CPU: ``K`` is factored in its own buffer (an

@@ -6,10 +6,12 @@ All functions take batch dimensions and are differentiable in every array argume
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from gpchol._base.validate import as_float_array, check_square, check_tile_size
-from gpchol._linalg.backends import array_platform, prepare
+from gpchol._linalg.backends import Backend, array_platform, prepare
 from gpchol._linalg.blocks import default_tile_size, symmetrize, trsm
 from gpchol._linalg.cholesky import chol
 from gpchol._linalg.gaussian import DenseCovariance, GaussianRule, gaussian_loglik, gaussian_value
@@ -18,7 +20,7 @@ from gpchol._linalg.inverse import inverse_from_factor
 __all__ = ["cho_inverse", "cho_solve", "logdet", "mvn_logpdf", "solve_triangular"]
 
 
-def _rhs(L, b, name="b"):
+def _rhs(L: jax.Array, b: ArrayLike, name: str = "b") -> tuple[jax.Array, bool]:
     """Validate ``b`` against ``L``; return ``(b as (..., n, k), was_vector)``."""
     b = as_float_array(b, name)
     n = L.shape[-1]
@@ -40,12 +42,14 @@ def _rhs(L, b, name="b"):
     return b, False
 
 
-def _common_dtype(*xs):
+def _common_dtype(*xs: jax.Array) -> tuple[jax.Array, ...]:
     dt = jnp.result_type(*xs)
     return tuple(x.astype(dt) for x in xs)
 
 
-def solve_triangular(L, b, *, lower=True, transpose=False):
+def solve_triangular(
+    L: ArrayLike, b: ArrayLike, *, lower: bool = True, transpose: bool = False
+) -> jax.Array:
     r"""Solve ``op(L) x = b`` for a triangular ``L``.
 
     ``op(L)`` is ``L`` or, with ``transpose=True``, ``L^T``. Differentiable in ``L`` and
@@ -74,7 +78,7 @@ def solve_triangular(L, b, *, lower=True, transpose=False):
     return x[..., 0] if vec else x
 
 
-def cho_solve(L, b):
+def cho_solve(L: ArrayLike, b: ArrayLike) -> jax.Array:
     r"""Solve ``(L L^T) x = b`` given the lower Cholesky factor ``L``.
 
     Args:
@@ -99,7 +103,7 @@ def cho_solve(L, b):
     return x[..., 0] if vec else x
 
 
-def logdet(L):
+def logdet(L: ArrayLike) -> jax.Array:
     r"""``log det(L L^T) = 2 sum_i log L_ii`` from a Cholesky factor.
 
     Args:
@@ -119,7 +123,7 @@ def logdet(L):
     return 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
 
 
-def cho_inverse(L, *, tile_size=None):
+def cho_inverse(L: ArrayLike, *, tile_size: int | None = None) -> jax.Array:
     r"""``A^-1 = L^-T L^-1`` from the lower Cholesky factor ``L`` of ``A`` (tiled).
 
     Blocked triangular inverse followed by the blocked product ``W^T W``, exploiting the
@@ -147,13 +151,21 @@ def cho_inverse(L, *, tile_size=None):
     return inverse_from_factor(jnp.tril(L), nb)
 
 
-def _mvn_composed(r, cov, backend, nb):
+def _mvn_composed(r: jax.Array, cov: jax.Array, backend: Backend, nb: int | None) -> jax.Array:
     """log N(r | 0, cov) differentiated through the Cholesky adjoint (no custom rule)."""
     L, _ = chol(cov, backend, nb)
     return gaussian_value(r, L)[0]
 
 
-def mvn_logpdf(y, mean, cov, *, tile_size=None, backend="auto", gradient="auto"):
+def mvn_logpdf(
+    y: ArrayLike,
+    mean: ArrayLike,
+    cov: ArrayLike,
+    *,
+    tile_size: int | None = None,
+    backend: str | Backend = "auto",
+    gradient: str = "auto",
+) -> jax.Array:
     r"""Log-density of ``y`` under the multivariate normal ``N(mean, cov)``.
 
     .. math::

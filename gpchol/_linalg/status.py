@@ -3,16 +3,19 @@ first failing pivot (0 on success), and the error raised from it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
 from gpchol._linalg.blocks import blocks
 
 
-def first_bad_pivot_unblocked(t):
+def first_bad_pivot_unblocked(t: jax.Array) -> jax.Array:
     """First failing pivot (1-based) of the unblocked Cholesky of one ``(m, m)`` matrix.
 
     Right-looking, column by column, in a ``fori_loop``; used only on tiles known to
@@ -21,7 +24,7 @@ def first_bad_pivot_unblocked(t):
     m = t.shape[-1]
     idx = jnp.arange(m)
 
-    def body(i, carry):
+    def body(i: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         w, bad = carry
         d = w[i, i]
         ok = d > 0  # False for NaN, too
@@ -35,11 +38,13 @@ def first_bad_pivot_unblocked(t):
     return bad
 
 
-def nan_where_failed(L, status):
+def nan_where_failed(L: jax.Array, status: jax.Array) -> jax.Array:
     return jnp.where((status == 0)[..., None, None], L, jnp.nan)
 
 
-def locate_failed_pivot(w, tiles0, first, starts, nb):
+def locate_failed_pivot(
+    w: jax.Array, tiles0: jax.Array, first: jax.Array, starts: jax.Array, nb: int
+) -> jax.Array:
     """Exact first failing pivot after a failed tiled factorization (slow path).
 
     For the first failed block ``j:j+nb`` of each batch element, its Schur complement is
@@ -52,7 +57,7 @@ def locate_failed_pivot(w, tiles0, first, starts, nb):
     npad = tiles0.shape[-3] * nb
     batch = w.shape[:-2]
 
-    def one(wb, tb, fb):
+    def one(wb: jax.Array, tb: jax.Array, fb: jax.Array) -> jax.Array:
         start = starts[fb]
         wp = jnp.pad(wb, [(0, npad - n), (0, 0)])
         rows = lax.dynamic_slice_in_dim(wp, start, nb, axis=0)
@@ -68,7 +73,7 @@ def locate_failed_pivot(w, tiles0, first, starts, nb):
     return flat.reshape(batch)
 
 
-def np_first_bad_pivot(m, nb):
+def np_first_bad_pivot(m: ArrayLike, nb: int) -> int:
     """First failing pivot (1-based) of the Cholesky of one NumPy matrix; 0 if none.
 
     Blocked, in NumPy, on the host: each diagonal tile is factored with
@@ -96,7 +101,7 @@ def np_first_bad_pivot(m, nb):
     return 0
 
 
-def host_pivot_search(a, nb, failed):
+def host_pivot_search(a: jax.Array, nb: int, failed: jax.Array) -> jax.Array:
     """Exact first failing pivot of each matrix in ``a``, computed on the host (slow path).
 
     Called through ``jax.pure_callback`` only when a factorization failed, so that the
@@ -106,7 +111,7 @@ def host_pivot_search(a, nb, failed):
     every batch element).
     """
 
-    def search(x, f):
+    def search(x: np.ndarray, f: np.ndarray) -> np.ndarray:
         x, f = np.asarray(x), np.broadcast_to(np.asarray(f), x.shape[:-2])
         out = np.zeros(x.shape[:-2], np.int32)
         for idx in np.ndindex(out.shape):
@@ -123,7 +128,7 @@ def host_pivot_search(a, nb, failed):
     )
 
 
-def exact_status(failed, rebuild, nb):
+def exact_status(failed: jax.Array, rebuild: Callable[[], jax.Array], nb: int) -> jax.Array:
     """LAPACK-style status: the exact first failing pivot where ``failed`` (0 elsewhere).
 
     The pivot is searched on the host (:func:`host_pivot_search`) in the matrices
@@ -139,7 +144,7 @@ def exact_status(failed, rebuild, nb):
     return jnp.where(failed, jnp.maximum(status, 1), 0).astype(jnp.int32)
 
 
-def raise_if_failed(a, status, jitter):
+def raise_if_failed(a: ArrayLike, status: ArrayLike, jitter: tuple[float, ...] | None) -> None:
     status = np.asarray(status)
     if not np.any(status != 0):
         return

@@ -3,6 +3,7 @@ status) and the tiled inverse from a factor (``trtri`` + ``lauum``, LAPACK's ``p
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -10,7 +11,7 @@ from gpchol._linalg.blocks import blocks, diag_tiles, mT, potrf_tile, put, row_c
 from gpchol._linalg.status import locate_failed_pivot, nan_where_failed
 
 
-def potrf_tiled(a, nb):
+def potrf_tiled(a: jax.Array, nb: int) -> tuple[jax.Array, jax.Array]:
     """Left-looking tiled Cholesky in JAX, with status. Reads the lower triangle.
 
     Block step for columns ``j:k`` (LAPACK's ``potrf`` order): update the panel with the
@@ -60,7 +61,7 @@ def potrf_tiled(a, nb):
     failed = ~jnp.all(ok, axis=-1)
     status = lax.cond(
         jnp.any(failed),
-        lambda ops: locate_failed_pivot(*ops, starts, nb),
+        lambda ops: locate_failed_pivot(ops[0], ops[1], ops[2], starts, nb),
         lambda ops: jnp.zeros(batch, jnp.int32),
         (w, tiles0, jnp.argmin(ok, axis=-1)),
     )
@@ -68,7 +69,7 @@ def potrf_tiled(a, nb):
     return nan_where_failed(jnp.tril(w), status), status
 
 
-def trtri_blocked(L, nb):
+def trtri_blocked(L: jax.Array, nb: int) -> jax.Array:
     """``L^-1`` for lower-triangular ``L`` by blocks from the last to the first.
 
     For block column ``j:k``: ``W_jj = L_jj^-1``; ``W[k:, j:k] = -W[k:, k:] L[k:, j:k]
@@ -86,7 +87,7 @@ def trtri_blocked(L, nb):
     return w
 
 
-def lauum_lower(W, nb):
+def lauum_lower(W: jax.Array, nb: int) -> jax.Array:
     """``W^T W`` for lower-triangular ``W``, lower block columns computed, then mirrored."""
     n = W.shape[-1]
     out = jnp.zeros_like(W)
@@ -97,5 +98,5 @@ def lauum_lower(W, nb):
     return low + mT(jnp.tril(low, -1))
 
 
-def cho_inverse_tiled(L, nb):
+def cho_inverse_tiled(L: jax.Array, nb: int) -> jax.Array:
     return lauum_lower(trtri_blocked(L, nb), nb)

@@ -8,7 +8,8 @@ import functools
 import gzip
 import importlib.resources
 import io
-from typing import Any
+from collections.abc import Callable
+from typing import IO, Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ class Dataset(dict):
         return sorted(set(super().__dir__()) | set(self))
 
 
-def _open_data(filename: str) -> io.BufferedIOBase:
+def _open_data(filename: str) -> IO[bytes]:
     resource = importlib.resources.files("gpchol.datasets").joinpath("data", filename)
     return resource.open("rb")
 
@@ -94,7 +95,8 @@ def _load_co2(*, monthly: bool = False, dropna: bool = True) -> Dataset:
         t = years + (months - 0.5) / 12.0
         if dropna:
             keep = counts > 0
-            years, months, t, means, counts = (a[keep] for a in (years, months, t, means, counts))
+            years, months, t = years[keep], months[keep], t[keep]
+            means, counts = means[keep], counts[keep]
         columns = {
             "t": t.astype(np.float64),
             "co2": means,
@@ -244,7 +246,7 @@ def load(name: str, **options: Any) -> Dataset:
         >>> d.X.shape, d.feature_names[0], d.target_name
         ((100, 6), 'carat', 'log_price')
     """
-    loaders = {"co2": _load_co2, "diamonds": _load_diamonds}
+    loaders: dict[str, Callable[..., Dataset]] = {"co2": _load_co2, "diamonds": _load_diamonds}
     key = name.lower() if isinstance(name, str) else name
     if key not in loaders:
         raise ValueError(f"unknown data set {name!r}; known: {', '.join(DATASETS)}")

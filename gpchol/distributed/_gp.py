@@ -18,6 +18,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from gpchol._linalg.gaussian import LOG_2PI
@@ -54,7 +55,7 @@ class _Setup:
     grid: _local.Grid
     n: int
     kfn: Callable
-    mesh: object
+    mesh: Mesh
 
     @property
     def spec(self):

@@ -49,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 import jax
 import jax.numpy as jnp
@@ -77,6 +77,8 @@ __all__ = [
     "White",
 ]
 
+_T = TypeVar("_T")
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -85,14 +87,15 @@ def _static(default: Any = None) -> Any:
     return dataclasses.field(default=default, metadata={"static": True})
 
 
-def _pytree_dataclass(cls: type) -> type:
+@dataclass_transform(eq_default=False, frozen_default=True, field_specifiers=(dataclasses.field,))
+def _pytree_dataclass(cls: type[_T]) -> type[_T]:
     """Makes ``cls`` a frozen dataclass registered as a pytree (fields marked static by
     :func:`_static` are auxiliary data, the others are children)."""
-    cls = dataclasses.dataclass(frozen=True, eq=False)(cls)
-    fields = dataclasses.fields(cls)
+    dc: Any = dataclasses.dataclass(frozen=True, eq=False)(cls)
+    fields = dataclasses.fields(dc)
     meta = [f.name for f in fields if f.metadata.get("static", False)]
     data = [f.name for f in fields if not f.metadata.get("static", False)]
-    return jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
+    return jax.tree_util.register_dataclass(dc, data_fields=data, meta_fields=meta)
 
 
 def _normalize_active_dims(active_dims: Any) -> tuple[int, ...] | None:
@@ -204,11 +207,12 @@ def _rowsum(fn: Any, a: jax.Array, *per_dim: jax.Array) -> jax.Array:
     d = a.shape[1]
     if d > _UNROLL_MAX_DIM:
         return jnp.sum(fn(a, a, *per_dim), axis=-1)
-    out = None
+    out: jax.Array | None = None
     for k in range(d):
         ps = [p[k] if p.ndim == 1 and p.shape[0] == d else p.reshape(()) for p in per_dim]
         term = fn(a[:, k], a[:, k], *ps)
         out = term if out is None else out + term
+    assert out is not None  # d >= 1
     return out
 
 
@@ -274,6 +278,8 @@ class Kernel:
     """
 
     _positive: ClassVar[tuple[str, ...]] = ()
+    # set on each concrete kernel by the dataclass decorator (lets mypy see a dataclass)
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
     # Make NumPy scalars and arrays defer to our __rmul__/__radd__.
     __array_ufunc__ = None
 
@@ -329,7 +335,7 @@ class Kernel:
             >>> print(t.amplitude, t.kernel.lengthscale)
             Positive(lower=0.0) Positive(lower=0.0)
         """
-        updates = {}
+        updates: dict[str, Any] = {}
         for field in dataclasses.fields(self):
             if field.metadata.get("static", False):
                 continue
