@@ -49,6 +49,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 from typing import Any, ClassVar
 
@@ -57,12 +58,13 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 from jax import lax, random
+from jax.typing import ArrayLike, DTypeLike
 from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import lazy_property, validate_sample
 
 from gpchol._base.validate import as_inputs, check_jitter
-from gpchol._linalg.backends import array_platform, prepare
+from gpchol._linalg.backends import Backend, array_platform, prepare
 from gpchol._linalg.blocks import mT, symmetrize
 from gpchol._linalg.cholesky import guarded_chol
 from gpchol._linalg.gaussian import LOG_2PI, DenseCovariance, GaussianRule, gaussian_loglik
@@ -74,12 +76,12 @@ __all__ = ["GaussianProcessMarginal", "MultivariateNormal", "latent_gp"]
 
 
 @partial(jax.jit, static_argnums=(1, 2))
-def _factor_jit(a, backend, nb):
+def _factor_jit(a: jax.Array, backend: Backend, nb: int | None) -> tuple[jax.Array, jax.Array]:
     # One compiled program per shape in eager use (inlined under an outer jit).
     return guarded_chol(symmetrize(a), backend, nb)
 
 
-def _factor(a):
+def _factor(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Symmetrize ``a`` and factor it with the guarded gpchol Cholesky."""
     if a.shape[-1] == 0:
         return a, jnp.ones(a.shape[:-2], bool)
@@ -92,19 +94,21 @@ def _factor(a):
 # ----------------------------------------------------------------------------------------
 
 
-def _as_float(x, name):
+def _as_float(x: ArrayLike, name: str) -> jax.Array:
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(jnp.result_type(float))
     return x
 
 
-def _promote_rank(x, ndim):
+def _promote_rank(x: jax.Array, ndim: int) -> jax.Array:
     """Prepend singleton dimensions to ``x`` up to ``ndim`` (NumPyro's ``promote_shapes``)."""
     return jnp.reshape(x, (1,) * (ndim - x.ndim) + x.shape) if x.ndim < ndim else x
 
 
-def _sum_sq_columns(L, r, op):
+def _sum_sq_columns(
+    L: jax.Array, r: jax.Array, op: Callable[[jax.Array, jax.Array], jax.Array]
+) -> jax.Array:
     """``sum((op(L', R'))**2 over n)`` for every vector of ``r``, without broadcasting ``L``.
 
     ``r`` has shape ``R + (n,)`` and ``L`` shape ``B + (n, n)`` with ``B`` broadcastable to
@@ -135,11 +139,11 @@ def _sum_sq_columns(L, r, op):
     return jnp.transpose(m, tuple(np.argsort(bat + col)))
 
 
-def _solve_lower(L, b):
+def _solve_lower(L: jax.Array, b: jax.Array) -> jax.Array:
     return solve_triangular(L, b, lower=True)
 
 
-def _upper_t_matmul(M, b):
+def _upper_t_matmul(M: jax.Array, b: jax.Array) -> jax.Array:
     # M^T b with M lower triangular (the precision path: r^T P r = ||M^T r||^2).
     return mT(M) @ b
 
@@ -245,7 +249,7 @@ class MultivariateNormal(Distribution):
         scale_tril: Any = None,
         precision_matrix: Any = None,
         validate_args: bool | None = None,
-    ):
+    ) -> None:
         given = {
             "covariance_matrix": covariance_matrix,
             "precision_matrix": precision_matrix,
@@ -278,12 +282,12 @@ class MultivariateNormal(Distribution):
         self._kind = kind
         self.loc = loc
         setattr(self, kind, matrix)
-        self._factor_cache = None
+        self._factor_cache: tuple[jax.Array, jax.Array | None] | None = None
         batch_shape = lax.broadcast_shapes(loc.shape[:-1], matrix.shape[:-2])
         super().__init__(batch_shape=batch_shape, event_shape=(n,), validate_args=validate_args)
 
     # ------------------------------------------------------------------ the factor
-    def _get_factor(self):
+    def _get_factor(self) -> tuple[jax.Array, jax.Array | None]:
         """``(F, ok)``: the guarded factor of the given matrix and where it succeeded.
 
         ``F`` is ``L = chol(Sigma)`` (covariance), ``M = chol(J P J)`` (precision) or the
@@ -291,6 +295,7 @@ class MultivariateNormal(Distribution):
         """
         if self._factor_cache is not None:
             return self._factor_cache
+        out: tuple[jax.Array, jax.Array | None]
         if self._kind == "scale_tril":
             out = (self.scale_tril, None)
         elif self._kind == "precision_matrix":
@@ -302,9 +307,10 @@ class MultivariateNormal(Distribution):
         return out
 
     @lazy_property
-    def scale_tril(self):
+    def scale_tril(self) -> jax.Array:
         """``(..., n, n)`` lower Cholesky factor of the covariance (NaN where it failed)."""
         F, ok = self._get_factor()
+        assert ok is not None  # a given scale_tril is stored, never computed here
         if self._kind == "precision_matrix":
             n = F.shape[-1]
             eye = jnp.broadcast_to(jnp.eye(n, dtype=F.dtype), F.shape)
@@ -313,24 +319,24 @@ class MultivariateNormal(Distribution):
         return jnp.where(ok[..., None, None], F, jnp.nan)
 
     @lazy_property
-    def covariance_matrix(self):
+    def covariance_matrix(self) -> jax.Array:
         """``(..., n, n)`` covariance ``L L^T``."""
         L = self.scale_tril
         return L @ mT(L)
 
     @lazy_property
-    def precision_matrix(self):
+    def precision_matrix(self) -> jax.Array:
         """``(..., n, n)`` precision ``Sigma^-1`` (from the factor, gpchol's tiled inverse)."""
         return cho_inverse(self.scale_tril)
 
     # ------------------------------------------------------------------ moments
     @property
-    def mean(self):
+    def mean(self) -> jax.Array:
         """``batch_shape + (n,)`` mean."""
         return jnp.broadcast_to(self.loc, self.shape())
 
     @property
-    def variance(self):
+    def variance(self) -> jax.Array:
         """``batch_shape + (n,)`` marginal variances."""
         if self._kind == "covariance_matrix":
             v = jnp.diagonal(self.covariance_matrix, axis1=-2, axis2=-1)
@@ -339,7 +345,7 @@ class MultivariateNormal(Distribution):
         return jnp.broadcast_to(v, self.batch_shape + self.event_shape)
 
     # ------------------------------------------------------------------ sampling
-    def sample(self, key, sample_shape=()):
+    def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> jax.Array:
         """Draw ``loc + L eps`` with ``eps ~ N(0, I)``.
 
         Args:
@@ -354,14 +360,14 @@ class MultivariateNormal(Distribution):
         return self.loc + jnp.squeeze(L @ eps[..., None], axis=-1)
 
     # ------------------------------------------------------------------ densities
-    def _half_logdet(self, F):
+    def _half_logdet(self, F: jax.Array) -> jax.Array:
         d = jnp.diagonal(F, axis1=-2, axis2=-1)
         if self._kind == "scale_tril":
             return jnp.sum(jnp.log(jnp.abs(d)), axis=-1)
         s = jnp.sum(jnp.log(d), axis=-1)
         return -s if self._kind == "precision_matrix" else s
 
-    def _whole_likelihood(self, value):
+    def _whole_likelihood(self, value: jax.Array) -> jax.Array | None:
         """``log_prob`` by the whole-likelihood rule, or None where it does not apply.
 
         It applies to a covariance that is being traced (under ``jit``/``grad``; a
@@ -386,7 +392,7 @@ class MultivariateNormal(Distribution):
         return gaussian_loglik(DenseCovariance(symmetrize(cov)), r, rule)[0]
 
     @validate_sample
-    def log_prob(self, value):
+    def log_prob(self, value: ArrayLike) -> jax.Array:
         """Log-density; ``-inf`` (zero gradient) where the factorization failed.
 
         Args:
@@ -411,7 +417,7 @@ class MultivariateNormal(Distribution):
             lp = jnp.where(ok, lp, -jnp.inf)
         return lp
 
-    def entropy(self):
+    def entropy(self) -> jax.Array:
         """``batch_shape`` entropies, ``n (1 + log 2 pi) / 2 + log det Sigma / 2``."""
         F, ok = self._get_factor()
         n = F.shape[-1]
@@ -421,7 +427,13 @@ class MultivariateNormal(Distribution):
         return jnp.broadcast_to(h, self.batch_shape)
 
     @classmethod
-    def infer_shapes(cls, loc=(), covariance_matrix=None, precision_matrix=None, scale_tril=None):
+    def infer_shapes(
+        cls,
+        loc: tuple[int, ...] = (),
+        covariance_matrix: tuple[int, ...] | None = None,
+        precision_matrix: tuple[int, ...] | None = None,
+        scale_tril: tuple[int, ...] | None = None,
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Batch and event shapes from the parameters' shapes (as NumPyro's)."""
         mats = [m for m in (covariance_matrix, precision_matrix, scale_tril) if m is not None]
         if len(mats) != 1:
@@ -441,7 +453,7 @@ class MultivariateNormal(Distribution):
 # ----------------------------------------------------------------------------------------
 
 
-def _diag_term(noise, jitter, n, dtype):
+def _diag_term(noise: ArrayLike, jitter: float | None, n: int, dtype: DTypeLike) -> jax.Array:
     noise = jnp.asarray(noise)
     if noise.ndim > 1 or (noise.ndim == 1 and noise.shape[0] not in (1, n)):
         raise ValueError(
@@ -451,7 +463,7 @@ def _diag_term(noise, jitter, n, dtype):
     return d + (jitter or 0.0)
 
 
-def _scalar_noise(noise):
+def _scalar_noise(noise: ArrayLike) -> jax.Array:
     noise = jnp.asarray(noise)
     if noise.ndim != 0:
         raise ValueError(
@@ -512,7 +524,7 @@ class GaussianProcessMarginal(MultivariateNormal):
         jitter: Any = None,
         mesh: Any = None,
         validate_args: bool | None = None,
-    ):
+    ) -> None:
         if not callable(kernel):
             raise TypeError(f"kernel must be callable as k(X1, X2); got {kernel!r}.")
         X = as_inputs(X)
@@ -538,19 +550,26 @@ class GaussianProcessMarginal(MultivariateNormal):
         super().__init__(loc, cov, validate_args=validate_args)
 
     @classmethod
-    def infer_shapes(cls, kernel=None, X=(), noise=(), mean=(), **kwargs):
+    def infer_shapes(  # type: ignore[override]  # NumPyro passes the constructor's arguments
+        cls,
+        kernel: Any = None,
+        X: tuple[int, ...] = (),
+        noise: tuple[int, ...] = (),
+        mean: tuple[int, ...] = (),
+        **kwargs: Any,
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """``((), (n,))`` from the shape of ``X`` (``(n, d)`` or ``(n,)``)."""
         return (), tuple(X)[:1]
 
     @lazy_property
-    def covariance_matrix(self):
+    def covariance_matrix(self) -> jax.Array:
         """``(n, n)`` covariance ``k(X, X) + diag(noise) + jitter I`` (dense)."""
         K = self.kernel(self.X, self.X)
         n = K.shape[-1]
         return K + jnp.diag(_diag_term(self.noise, self.jitter, n, K.dtype))
 
     @validate_sample
-    def log_prob(self, value):
+    def log_prob(self, value: ArrayLike) -> jax.Array:
         """Log marginal likelihood of ``value`` (``-inf`` where the factorization fails).
 
         Args:
@@ -576,7 +595,9 @@ class GaussianProcessMarginal(MultivariateNormal):
         return jnp.where((status != 0) | jnp.isnan(lp), -jnp.inf, lp)
 
 
-def latent_gp(name, kernel, X, mean=0.0, jitter=1e-6):
+def latent_gp(
+    name: str, kernel: Any, X: ArrayLike, mean: Any = 0.0, jitter: float | None = 1e-6
+) -> jax.Array:
     r"""A latent GP ``f ~ GP(m, k)`` at ``X``, non-centred, as NumPyro sites.
 
     Samples ``z ~ N(0, I_n)`` at the site ``f"{name}_z"`` and returns
