@@ -5,10 +5,13 @@ from __future__ import annotations
 import functools
 import math
 import types
+from collections.abc import Callable
+from typing import Any, Literal, overload
 
 import jax
-from jax.sharding import AxisType, NamedSharding
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from jax.typing import ArrayLike
 
 from gpchol._base.validate import as_float_array, check_tile_size
 from gpchol.distributed import _core, _layout, _local
@@ -26,12 +29,16 @@ __all__ = [
 ]
 
 
+#: A concrete or an abstract (``jax.sharding.get_abstract_mesh``) device mesh.
+AnyMesh = Mesh | AbstractMesh
+
+
 # ----------------------------------------------------------------------------------------
 # Validation and set-up
 # ----------------------------------------------------------------------------------------
 
 
-def _axis_entry(entry, mesh, what):
+def _axis_entry(entry: Any, mesh: AnyMesh, what: str) -> str | None:
     if entry is None:
         return None
     if isinstance(entry, tuple):
@@ -49,7 +56,7 @@ def _axis_entry(entry, mesh, what):
     return entry
 
 
-def axes_of(spec, mesh):
+def axes_of(spec: P | tuple[Any, ...], mesh: AnyMesh) -> tuple[str | None, str | None]:
     spec = tuple(spec) + (None,) * (2 - len(tuple(spec)))
     if len(spec) != 2:
         raise ValueError(f"the sharding spec must have 2 entries for a matrix; got {spec}.")
@@ -60,7 +67,7 @@ def axes_of(spec, mesh):
     return r, c
 
 
-def _check_matrix(a, name="a"):
+def _check_matrix(a: Any, name: str = "a") -> None:
     if a.ndim != 2:
         raise ValueError(
             f"{name} must be a 2-D (n, n) matrix; got shape {tuple(a.shape)}. The "
@@ -70,7 +77,7 @@ def _check_matrix(a, name="a"):
         raise ValueError(f"{name} must be square; got shape {tuple(a.shape)}.")
 
 
-def default_tile(n, Pr, Pc, tiles=None):
+def default_tile(n: int, Pr: int, Pc: int, tiles: int | None = None) -> int:
     """Default tile size ``T_A`` for an ``n x n`` matrix on a ``Pr x Pc`` grid.
 
     About ``max(4 lcm(Pr, Pc), tiles)`` tiles per dimension, each of 32 to 256 rows (at
@@ -92,7 +99,9 @@ def default_tile(n, Pr, Pc, tiles=None):
     return max(1, min(T, n // max(Pr, Pc)))
 
 
-def _setup(n, T_A, mesh, row_axis, col_axis):
+def _setup(
+    n: int, T_A: int | None, mesh: Any, row_axis: str | None, col_axis: str | None
+) -> tuple[_local.Grid, _layout.Padding]:
     """Validate sizes; return ``(Grid, Padding)``."""
     Pr = mesh.shape[row_axis] if row_axis else 1
     Pc = mesh.shape[col_axis] if col_axis else 1
@@ -112,6 +121,7 @@ def _setup(n, T_A, mesh, row_axis, col_axis):
     if T_A is None:
         T_A = default_tile(n, Pr, Pc)
     T_A = check_tile_size(T_A, "T_A")
+    assert T_A is not None  # set above when not given
     if T_A > shard:
         raise ValueError(
             f"T_A = {T_A} is larger than a shard ({n // Pr} x {n // Pc} on a {Pr}x{Pc} "
@@ -120,7 +130,7 @@ def _setup(n, T_A, mesh, row_axis, col_axis):
     return _layout.make_grid(n, int(T_A), Pr, Pc, row_axis, col_axis)
 
 
-def _sharding_of(a):
+def _sharding_of(a: object) -> NamedSharding | None:
     s = getattr(a, "sharding", None)
     if isinstance(s, NamedSharding):
         return s
@@ -131,7 +141,7 @@ def _sharding_of(a):
     return None
 
 
-def default_spec(mesh):
+def default_spec(mesh: AnyMesh) -> P:
     names = tuple(mesh.axis_names)
     if not names:
         raise ValueError(
@@ -140,7 +150,7 @@ def default_spec(mesh):
     return P(names[0], names[1] if len(names) > 1 else None)
 
 
-def _resolve(a, mesh, spec=None):
+def _resolve(a: object, mesh: AnyMesh | None, spec: P | None = None) -> tuple[AnyMesh, P]:
     """``(mesh, spec)`` from the array's sharding, or the given mesh (and spec)."""
     s = _sharding_of(a)
     if mesh is None:
@@ -161,18 +171,18 @@ def _resolve(a, mesh, spec=None):
     return mesh, spec
 
 
-def _explicit(mesh):
+def _explicit(mesh: AnyMesh) -> bool:
     return any(t == AxisType.Explicit for t in getattr(mesh, "axis_types", ()))
 
 
-def _constrain(x, mesh, spec):
+def _constrain(x: jax.Array, mesh: AnyMesh, spec: P) -> jax.Array:
     s = NamedSharding(mesh, spec)
     if _explicit(mesh):
         return jax.sharding.reshard(x, s)
     return jax.lax.with_sharding_constraint(x, s)
 
 
-def _sym_tangent(a, mesh, spec):
+def _sym_tangent(a: jax.Array, mesh: AnyMesh, spec: P) -> jax.Array:
     """Identity on ``a``; its tangent is symmetrized, ``(da + da^T) / 2``.
 
     The sharded core reads the lower triangle; with this wrapper the gradient of every
@@ -191,11 +201,13 @@ def _sym_tangent(a, mesh, spec):
     return ident(a)
 
 
-def _smap(fn, mesh, in_specs, out_specs):
+def _smap(
+    fn: Callable[..., Any], mesh: AnyMesh, in_specs: Any, out_specs: Any
+) -> Callable[..., Any]:
     return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
 
 
-def _norm_spec(spec):
+def _norm_spec(spec: P | tuple[Any, ...]) -> P:
     t = tuple(spec) + (None,) * (2 - len(tuple(spec)))
     return P(*t)
 
@@ -205,7 +217,9 @@ def _norm_spec(spec):
 # ----------------------------------------------------------------------------------------
 
 
-def _potrf_traced(a, T_A, mesh, spec):
+def _potrf_traced(
+    a: jax.Array, T_A: int | None, mesh: AnyMesh, spec: P
+) -> tuple[jax.Array, jax.Array]:
     n = a.shape[0]
     spec = _norm_spec(spec)
     r, c = axes_of(spec, mesh)
@@ -215,7 +229,9 @@ def _potrf_traced(a, T_A, mesh, spec):
     return _smap(body, mesh, (spec,), (spec, P()))(a)
 
 
-def potrf_jit_ctx(a, T_A=None, *, mesh=None, spec=None):
+def potrf_jit_ctx(
+    a: ArrayLike, T_A: int | None = None, *, mesh: AnyMesh | None = None, spec: P | None = None
+) -> tuple[jax.Array, jax.Array]:
     r"""Sharded Cholesky for use inside the caller's own ``jax.jit``.
 
     Args:
@@ -248,7 +264,7 @@ def potrf_jit_ctx(a, T_A=None, *, mesh=None, spec=None):
 
 
 @functools.lru_cache(maxsize=64)
-def _potrf_jitted(mesh, spec, T_A, donate):
+def _potrf_jitted(mesh: AnyMesh, spec: P, T_A: int | None, donate: bool) -> Callable[..., Any]:
     out = NamedSharding(mesh, spec)
 
     def f(a):
@@ -261,7 +277,7 @@ def _potrf_jitted(mesh, spec, T_A, donate):
     )
 
 
-def _place(a, mesh, spec):
+def _place(a: jax.Array, mesh: AnyMesh, spec: P) -> jax.Array:
     s = NamedSharding(mesh, spec)
     if isinstance(a, jax.core.Tracer):
         return a
@@ -270,7 +286,36 @@ def _place(a, mesh, spec):
     return a
 
 
-def potrf(a, T_A=None, mesh=None, *, donate=True, return_status=False):
+@overload
+def potrf(
+    a: ArrayLike,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    *,
+    donate: bool = True,
+    return_status: Literal[False] = False,
+) -> jax.Array: ...
+
+
+@overload
+def potrf(
+    a: ArrayLike,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    *,
+    donate: bool = True,
+    return_status: Literal[True],
+) -> tuple[jax.Array, jax.Array]: ...
+
+
+def potrf(
+    a: ArrayLike,
+    T_A: int | None = None,
+    mesh: AnyMesh | None = None,
+    *,
+    donate: bool = True,
+    return_status: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
     r"""Sharded, differentiable Cholesky factor ``L`` (lower) of ``a = L L^T``.
 
     Right-looking tiled Cholesky on a 2D block-cyclic tile layout inside ``shard_map``;
@@ -317,7 +362,9 @@ def potrf(a, T_A=None, mesh=None, *, donate=True, return_status=False):
     return (L, status) if return_status else L
 
 
-def potrf_shardmap_ctx(a_block, T_A, row_axis, col_axis):
+def potrf_shardmap_ctx(
+    a_block: jax.Array, T_A: int | None, row_axis: str, col_axis: str
+) -> tuple[jax.Array, jax.Array]:
     r"""Sharded Cholesky inside the caller's ``jax.shard_map``, on the local block.
 
     Args:
@@ -351,7 +398,9 @@ def potrf_shardmap_ctx(a_block, T_A, row_axis, col_axis):
     return _core.potrf_block(grid, pad, a_block)
 
 
-def _block_setup(a_block, T_A, row_axis, col_axis):
+def _block_setup(
+    a_block: jax.Array, T_A: int | None, row_axis: str, col_axis: str
+) -> tuple[_local.Grid, _layout.Padding]:
     if a_block.ndim != 2:
         raise ValueError(f"a_block must be 2-D; got shape {tuple(a_block.shape)}.")
     Pr = jax.lax.axis_size(row_axis) if row_axis else 1
@@ -372,13 +421,13 @@ def _block_setup(a_block, T_A, row_axis, col_axis):
 # ----------------------------------------------------------------------------------------
 
 
-def _rhs(b, n):
+def _rhs(b: jax.Array, n: int) -> tuple[jax.Array, bool]:
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError(f"b must have shape ({n},) or ({n}, k); got {tuple(b.shape)}.")
     return (b[:, None], True) if b.ndim == 1 else (b, False)
 
 
-def _potrs_traced(L, b, T_A, mesh, spec):
+def _potrs_traced(L: jax.Array, b: jax.Array, T_A: int | None, mesh: AnyMesh, spec: P) -> jax.Array:
     n = L.shape[0]
     spec = _norm_spec(spec)
     r, c = axes_of(spec, mesh)
@@ -390,7 +439,14 @@ def _potrs_traced(L, b, T_A, mesh, spec):
     return x[:, 0] if vec else x
 
 
-def potrs_jit_ctx(L, b, T_A=None, *, mesh=None, spec=None):
+def potrs_jit_ctx(
+    L: jax.Array,
+    b: ArrayLike,
+    T_A: int | None = None,
+    *,
+    mesh: AnyMesh | None = None,
+    spec: P | None = None,
+) -> jax.Array:
     r"""Solve ``(L L^T) x = b`` with a sharded factor, inside the caller's ``jax.jit``.
 
     Args:
@@ -417,7 +473,9 @@ def potrs_jit_ctx(L, b, T_A=None, *, mesh=None, spec=None):
     return _potrs_traced(L, b, T_A, mesh, spec)
 
 
-def potrs(L, b, T_A=None, mesh=None):
+def potrs(
+    L: jax.Array, b: ArrayLike, T_A: int | None = None, mesh: AnyMesh | None = None
+) -> jax.Array:
     r"""Solve ``(L L^T) x = b`` with a sharded Cholesky factor (one or many RHS).
 
     Args:
@@ -446,11 +504,13 @@ def potrs(L, b, T_A=None, mesh=None):
 
 
 @functools.lru_cache(maxsize=64)
-def _potrs_cached(mesh, spec, T_A):
+def _potrs_cached(mesh: AnyMesh, spec: P, T_A: int | None) -> Callable[..., Any]:
     return jax.jit(lambda L, b: _potrs_traced(L, b, T_A, mesh, spec))
 
 
-def potrs_shardmap_ctx(L_block, b, T_A, row_axis, col_axis):
+def potrs_shardmap_ctx(
+    L_block: jax.Array, b: jax.Array, T_A: int | None, row_axis: str, col_axis: str
+) -> jax.Array:
     r"""Solve with the local factor block inside the caller's ``shard_map``.
 
     Args:
@@ -484,7 +544,7 @@ def potrs_shardmap_ctx(L_block, b, T_A, row_axis, col_axis):
 # ----------------------------------------------------------------------------------------
 
 
-def _logdet_traced(L, mesh, spec):
+def _logdet_traced(L: jax.Array, mesh: AnyMesh, spec: P) -> jax.Array:
     n = L.shape[0]
     spec = _norm_spec(spec)
     r, c = axes_of(spec, mesh)
@@ -495,7 +555,9 @@ def _logdet_traced(L, mesh, spec):
     return _smap(body, mesh, (spec,), P())(L)
 
 
-def logdet_jit_ctx(L, *, mesh=None, spec=None):
+def logdet_jit_ctx(
+    L: jax.Array, *, mesh: AnyMesh | None = None, spec: P | None = None
+) -> jax.Array:
     r"""``log det(L L^T)`` from a sharded factor, inside the caller's ``jax.jit``.
 
     Args:
@@ -518,7 +580,7 @@ def logdet_jit_ctx(L, *, mesh=None, spec=None):
     return _logdet_traced(L, mesh, spec)
 
 
-def logdet(L, mesh=None):
+def logdet(L: jax.Array, mesh: AnyMesh | None = None) -> jax.Array:
     r"""``log det(L L^T) = 2 sum_i log L_ii`` from a sharded factor (no gathering).
 
     Args:
@@ -544,11 +606,11 @@ def logdet(L, mesh=None):
 
 
 @functools.lru_cache(maxsize=64)
-def _logdet_cached(mesh, spec):
+def _logdet_cached(mesh: AnyMesh, spec: P) -> Callable[..., Any]:
     return jax.jit(lambda L: _logdet_traced(L, mesh, spec))
 
 
-def logdet_shardmap_ctx(L_block, row_axis, col_axis):
+def logdet_shardmap_ctx(L_block: jax.Array, row_axis: str, col_axis: str) -> jax.Array:
     r"""``log det(L L^T)`` from the local factor block inside the caller's ``shard_map``.
 
     Args:
