@@ -4,6 +4,8 @@ The public API is flat: everything a user needs is named here; ``gpchol.kernels`
 ``gpchol.means`` and ``gpchol.datasets`` are public submodules.
 """
 
+import types as _types
+
 from gpchol import datasets, kernels, means
 from gpchol._base.errors import NotPositiveDefiniteError
 from gpchol._base.transforms import (
@@ -27,7 +29,7 @@ __version__ = "0.1.0"
 _LAZY_SUBMODULES = ("distributed", "numpyro")
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> _types.ModuleType:
     if name in _LAZY_SUBMODULES:
         import importlib
 

@@ -14,12 +14,13 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
+from jax.typing import ArrayLike
 
 from gpchol._linalg.gaussian import LOG_2PI
 from gpchol.distributed import _api, _local
@@ -27,7 +28,7 @@ from gpchol.distributed import _api, _local
 __all__ = ["gaussian_log_likelihood"]
 
 
-def _as_kernel_fn(kernel_fn):
+def _as_kernel_fn(kernel_fn: Any) -> Callable[[Any, jax.Array, jax.Array], jax.Array]:
     """``(params, X1, X2) -> block`` from a callable pytree (a kernel) or such a function.
 
     This layer knows no kernel classes: an object whose pytree leaves are not the object
@@ -44,7 +45,7 @@ def _as_kernel_fn(kernel_fn):
     return kernel_fn
 
 
-def _call_kernel(params, X1, X2):
+def _call_kernel(params: Any, X1: jax.Array, X2: jax.Array) -> jax.Array:
     return params(X1, X2)
 
 
@@ -55,29 +56,29 @@ class _Setup:
     grid: _local.Grid
     n: int
     kfn: Callable
-    mesh: Mesh
+    mesh: _api.AnyMesh
 
     @property
-    def spec(self):
+    def spec(self) -> P:
         return P(self.grid.row_axis, self.grid.col_axis)
 
 
-def _smap(s: _Setup, body, in_specs, out_specs):
+def _smap(s: _Setup, body: Callable[..., Any], in_specs: Any, out_specs: Any) -> Callable[..., Any]:
     return jax.shard_map(body, mesh=s.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
 
 
-def _indices(s: _Setup):
+def _indices(s: _Setup) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Global padded row/column indices of the local block and their 'real' flags."""
     pr, pc = _local.coords(s.grid)
     gr, gc = _local.global_rows(s.grid, pr), _local.global_cols(s.grid, pc)
     return gr, gc, gr < s.n, gc < s.n
 
 
-def _kernel_block(s: _Setup, params, X1, X2):
+def _kernel_block(s: _Setup, params: Any, X1: jax.Array, X2: jax.Array) -> jax.Array:
     return s.kfn(params, X1, X2).astype(X1.dtype)
 
 
-def _cov_block(s: _Setup, params, X, noise):
+def _cov_block(s: _Setup, params: Any, X: jax.Array, noise: jax.Array) -> jax.Array:
     """This device's cyclic block of the padded ``K + noise I`` (identity on the padding)."""
     gr, gc, rr, rc = _indices(s)
     Xr = jnp.take(X, jnp.minimum(gr, s.n - 1), axis=0)
@@ -89,7 +90,9 @@ def _cov_block(s: _Setup, params, X, noise):
     return jnp.where(real, K, jnp.where(on, 1.0, 0.0).astype(K.dtype))
 
 
-def _fwd_body(s: _Setup, with_residuals, params, X, y, noise):
+def _fwd_body(
+    s: _Setup, with_residuals: bool, params: Any, X: jax.Array, y: jax.Array, noise: jax.Array
+) -> tuple[jax.Array, ...]:
     """Per device: own tiles, factor, solve, log-likelihood (replicated), residuals."""
     g = s.grid
     K = _cov_block(s, params, X, noise)
@@ -107,12 +110,16 @@ def _fwd_body(s: _Setup, with_residuals, params, X, y, noise):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _loglik(s: _Setup, params, X, y, noise):
+def _loglik(
+    s: _Setup, params: Any, X: jax.Array, y: jax.Array, noise: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     body = functools.partial(_fwd_body, s, False)
     return _smap(s, body, (P(), P(), P(), P()), (P(), P()))(params, X, y, noise)
 
 
-def _loglik_fwd(s: _Setup, params, X, y, noise):
+def _loglik_fwd(
+    s: _Setup, params: Any, X: jax.Array, y: jax.Array, noise: jax.Array
+) -> tuple[tuple[jax.Array, jax.Array], tuple[Any, ...]]:
     body = functools.partial(_fwd_body, s, True)
     out_specs = (P(), P(), s.spec, P(), P())
     value, status, L, z, alpha = _smap(s, body, (P(), P(), P(), P()), out_specs)(
@@ -135,7 +142,9 @@ def _loglik_fwd(s: _Setup, params, X, y, noise):
 # noise gets sum_i Abar_ii; X gets the VJP through both kernel arguments; y gets
 # dv/dy = -K^-1 y = -alpha. The kernel tiles are recomputed from X one local tile row at
 # a time, so the backward pass holds L, Abar (in place of Lbar) and O(n T) besides.
-def _loglik_bwd(s: _Setup, res, cts):
+def _loglik_bwd(
+    s: _Setup, res: tuple[Any, ...], cts: tuple[jax.Array, Any]
+) -> tuple[Any, jax.Array, jax.Array, jax.Array]:
     params, X, noise, L, z, alpha = res
     vbar = jnp.asarray(cts[0], L.dtype)
     body = functools.partial(_bwd_body, s)
@@ -150,7 +159,16 @@ def _loglik_bwd(s: _Setup, res, cts):
 _loglik.defvjp(_loglik_fwd, _loglik_bwd)
 
 
-def _bwd_body(s: _Setup, params, X, noise, L, z, alpha, vbar):
+def _bwd_body(
+    s: _Setup,
+    params: Any,
+    X: jax.Array,
+    noise: jax.Array,
+    L: jax.Array,
+    z: jax.Array,
+    alpha: jax.Array,
+    vbar: jax.Array,
+) -> tuple[Any, jax.Array, jax.Array]:
     g = s.grid
     gr, gc, rr, rc = _indices(s)
     on = gr[:, None] == gc[None, :]
@@ -166,7 +184,7 @@ def _bwd_body(s: _Setup, params, X, noise, L, z, alpha, vbar):
     return pbar, Xbar, nbar
 
 
-def _kernel_vjp(s: _Setup, params, X, G):
+def _kernel_vjp(s: _Setup, params: Any, X: jax.Array, G: jax.Array) -> tuple[Any, jax.Array]:
     """``(params_bar, X_bar)`` of ``sum(G * K_local)``, one local tile row at a time."""
     g, n, T = s.grid, s.n, s.grid.T
     pr, pc = _local.coords(g)
@@ -177,12 +195,14 @@ def _kernel_vjp(s: _Setup, params, X, G):
     diff = [jnp.issubdtype(jnp.result_type(x), jnp.inexact) for x in leaves]
     dleaves = [x for x, d in zip(leaves, diff, strict=True) if d]
 
-    def kblock(dl, X1, X2):
+    def kblock(dl: list[jax.Array], X1: jax.Array, X2: jax.Array) -> jax.Array:
         it = iter(dl)
         full = [next(it) if d else x for x, d in zip(leaves, diff, strict=True)]
         return _kernel_block(s, jax.tree.unflatten(tdef, full), X1, X2)
 
-    def row(i, carry):
+    def row(
+        i: jax.Array, carry: tuple[Any, jax.Array, jax.Array]
+    ) -> tuple[Any, jax.Array, jax.Array]:
         pb, xb, xcb = carry
         rows = lax.dynamic_slice_in_dim(gr, i * T, T)
         Gi = lax.dynamic_slice_in_dim(G, i * T, T, axis=0)
@@ -200,7 +220,17 @@ def _kernel_vjp(s: _Setup, params, X, G):
     return jax.tree.unflatten(tdef, full), xb
 
 
-def gaussian_log_likelihood(kernel_fn, params, X, y, noise, mesh, T_A=None, *, axes=None):
+def gaussian_log_likelihood(
+    kernel_fn: Any,
+    params: Any,
+    X: ArrayLike,
+    y: ArrayLike,
+    noise: ArrayLike,
+    mesh: _api.AnyMesh,
+    T_A: int | None = None,
+    *,
+    axes: tuple[str | None, str | None] | None = None,
+) -> tuple[jax.Array, jax.Array]:
     r"""Exact GP log marginal likelihood ``log N(y | 0, K(X, X) + noise I)``, sharded.
 
     Each device evaluates the kernel only on its own block-cyclic covariance tiles (row and
