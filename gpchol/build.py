@@ -1,46 +1,71 @@
 """Build gpchol's CUDA kernels: ``python -m gpchol.build``.
 
-Compiles ``kernels_cuda/src/*.cu`` with nvcc into ``gpchol/_lib/libgpchol_cuda.so``, where
-:mod:`gpchol._cuda.ffi` finds it. Needs:
+A thin driver of the one build description, ``kernels_cuda/CMakeLists.txt``: it finds
 
-* ``nvcc`` (CUDA 12.x or 13.x; found through ``--nvcc``, ``$CUDACXX``, ``$PATH``,
-  ``$CUDA_HOME/bin`` or ``/usr/local/cuda/bin``);
-* cuBLAS and cuSOLVER headers and libraries, taken from the ``nvidia-cublas`` /
-  ``nvidia-cusolver`` wheels (``pip install nvidia-cublas nvidia-cusolver``, also
-  ``pip install 'gpchol[cuda]'``) or from the CUDA toolkit when it has them;
-* the XLA FFI headers shipped with jaxlib (``jax.ffi.include_dir()``).
+* ``cmake`` (on ``PATH`` or the ``cmake`` Python package) and, when present, ``ninja``;
+* ``nvcc`` (CUDA 13; ``--nvcc``, ``$CUDACXX``, ``$PATH``, ``$CUDA_HOME/bin`` or
+  ``/usr/local/cuda/bin``);
+* the XLA FFI headers shipped with jaxlib (``jax.ffi.include_dir()``);
+* cuBLAS and cuSOLVER (headers and libraries) from the ``nvidia-cublas`` /
+  ``nvidia-cusolver`` wheels (``pip install 'gpchol[cuda]'``), else from the toolkit,
 
-The library's RUNPATH points at the cuBLAS/cuSOLVER directory used for linking, so it
-loads without ``LD_LIBRARY_PATH``. The same build is available through CMake::
+passes them to CMake as ``-D`` options, builds in ``build/cuda/`` of the source checkout,
+and copies the library to ``gpchol/_lib/libgpchol_cuda.so``, where
+:mod:`gpchol._cuda.ffi` finds it. The GPU architectures are CMake's
+(``CMAKE_CUDA_ARCHITECTURES``, whose default in ``CMakeLists.txt`` is the project's one
+list); ``--arch`` overrides them. ``--werror`` turns every warning into an error (CI). The
+versions of the tools and wheels are printed first, for the build log.
 
-    cmake -S kernels_cuda -B build && cmake --build build
+The CUDA sources are not part of an installed package: the build needs a source checkout
+(``git clone`` and ``pip install -e .``). Nothing is built on import of ``gpchol``.
 
-Nothing is built on import of ``gpchol``; this module only runs when executed.
+Example:
+    >>> from gpchol import build
+    >>> build.cmake_architectures("sm_80,sm_90")
+    '80;90'
+    >>> build.source_dir().name
+    'kernels_cuda'
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BuildError", "CudaLibs", "build", "find_cuda_libs", "find_nvcc", "main"]
+__all__ = [
+    "BuildError",
+    "CudaLibs",
+    "build",
+    "cmake_architectures",
+    "configure_command",
+    "find_cmake",
+    "find_cuda_libs",
+    "find_ninja",
+    "find_nvcc",
+    "jax_include_dir",
+    "main",
+    "site_dirs",
+    "source_dir",
+    "tool_versions",
+]
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-DEFAULT_OUTPUT = PACKAGE_DIR / "_lib" / "libgpchol_cuda.so"
-DEFAULT_ARCH = "sm_90"
+LIBRARY_NAME = "libgpchol_cuda.so"
+DEFAULT_OUTPUT = PACKAGE_DIR / "_lib" / LIBRARY_NAME
+WHEELS = ("nvidia-cublas", "nvidia-cusolver")
 
 
 class BuildError(RuntimeError):
-    """Something needed for the build is missing, or nvcc failed."""
+    """Something needed for the build is missing, or CMake/nvcc failed."""
 
 
 @dataclass(frozen=True)
@@ -48,14 +73,14 @@ class CudaLibs:
     """Where cuBLAS/cuSOLVER headers and libraries were found.
 
     Attributes:
-        include_dirs: directories holding ``cublas_v2.h`` and ``cusolverDn.h``.
-        lib_dirs: directories holding the shared libraries.
-        link_names: ``-l`` arguments, e.g. ``":libcublas.so.13"``.
+        include_dir: the directory holding ``cublas_v2.h`` and ``cusolverDn.h``.
+        cublas: the versioned shared library to link, e.g. ``.../libcublas.so.13``.
+        cusolver: likewise ``.../libcusolver.so.12``.
     """
 
-    include_dirs: tuple[str, ...]
-    lib_dirs: tuple[str, ...]
-    link_names: tuple[str, ...]
+    include_dir: str
+    cublas: str
+    cusolver: str
 
 
 def source_dir() -> Path:
@@ -63,11 +88,22 @@ def source_dir() -> Path:
     return PACKAGE_DIR.parent / "kernels_cuda"
 
 
+def default_build_dir() -> Path:
+    """``build/cuda`` of the source checkout (kept between builds: rebuilds are quick)."""
+    return PACKAGE_DIR.parent / "build" / "cuda"
+
+
+def _executable(path: str | os.PathLike[str] | None) -> str | None:
+    if path and Path(path).is_file() and os.access(path, os.X_OK):
+        return str(path)
+    return None
+
+
 def find_nvcc(explicit: str | None = None) -> str:
     """Path of nvcc.
 
     Args:
-        explicit: a path given by the user, tried first.
+        explicit: a path given by the user, tried first (and only).
 
     Returns:
         The nvcc executable.
@@ -76,24 +112,65 @@ def find_nvcc(explicit: str | None = None) -> str:
         BuildError: nvcc was not found.
     """
     if explicit is not None:
-        if Path(explicit).is_file() and os.access(explicit, os.X_OK):
-            return explicit
-        raise BuildError(f"--nvcc {explicit}: no executable file there")
+        found = _executable(explicit)
+        if found is None:
+            raise BuildError(f"--nvcc {explicit}: no executable file there")
+        return found
     candidates = [os.environ.get("CUDACXX"), shutil.which("nvcc")]
     for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
         if home:
             candidates.append(str(Path(home) / "bin" / "nvcc"))
     for c in candidates:
-        if c and Path(c).is_file() and os.access(c, os.X_OK):
-            return c
+        found = _executable(c)
+        if found is not None:
+            return found
     raise BuildError(
-        "nvcc was not found. Install the CUDA toolkit (12.x or 13.x) and put nvcc on PATH, "
+        "nvcc was not found. Install the CUDA toolkit (13.x) and put nvcc on PATH, "
         "or pass --nvcc /path/to/nvcc (or set CUDACXX)."
     )
 
 
-def _site_dirs() -> list[Path]:
-    seen, out = set(), []
+def _package_tool(module: str, attribute: str, name: str) -> str | None:
+    """``name`` inside the bin directory of a Python package (``cmake``, ``ninja``)."""
+    try:
+        mod = __import__(module)
+        bin_dir = getattr(mod, attribute)
+    except (ImportError, AttributeError):
+        return None
+    return _executable(Path(bin_dir) / name)
+
+
+def find_cmake(explicit: str | None = None) -> str:
+    """Path of cmake: ``explicit``, ``$CMAKE``, ``PATH``, else the ``cmake`` Python package.
+
+    Raises:
+        BuildError: cmake was not found.
+    """
+    if explicit is not None:
+        found = _executable(explicit)
+        if found is None:
+            raise BuildError(f"--cmake {explicit}: no executable file there")
+        return found
+    for c in (os.environ.get("CMAKE"), shutil.which("cmake")):
+        found = _executable(c)
+        if found is not None:
+            return found
+    found = _package_tool("cmake", "CMAKE_BIN_DIR", "cmake")
+    if found is not None:
+        return found
+    raise BuildError("cmake (3.18 or newer) was not found: `pip install cmake`, or pass --cmake.")
+
+
+def find_ninja() -> str | None:
+    """Path of ninja (``PATH``, else the ``ninja`` Python package), or ``None``."""
+    found = _executable(shutil.which("ninja"))
+    return found if found is not None else _package_tool("ninja", "BIN_DIR", "ninja")
+
+
+def site_dirs() -> list[Path]:
+    """The existing directories of ``sys.path`` (where the nvidia-* wheels are looked for)."""
+    seen: set[Path] = set()
+    out: list[Path] = []
     for entry in sys.path:
         p = Path(entry or ".").resolve()
         if p.is_dir() and p not in seen:
@@ -102,68 +179,48 @@ def _site_dirs() -> list[Path]:
     return out
 
 
-def _soname(lib_dir: Path, stem: str) -> str | None:
-    """``libX.so.N`` (the versioned soname) or ``libX.so`` in ``lib_dir``, if present."""
+def _versioned(lib_dir: Path, stem: str) -> Path | None:
+    """The newest ``stem.so.N`` in ``lib_dir`` (the wheels have no unversioned link)."""
     pattern = re.compile(re.escape(stem) + r"\.so\.(\d+)$")
-    versioned = sorted(
-        (f.name for f in lib_dir.glob(stem + ".so.*") if pattern.match(f.name)),
-        key=lambda name: int(pattern.match(name).group(1)),
-    )
-    if versioned:
-        return versioned[-1]
-    if (lib_dir / (stem + ".so")).exists():
-        return stem + ".so"
-    return None
+    found = [
+        (int(m.group(1)), f) for f in lib_dir.glob(stem + ".so.*") if (m := pattern.match(f.name))
+    ]
+    if found:
+        return max(found)[1]
+    plain = lib_dir / (stem + ".so")
+    return plain if plain.exists() else None
 
 
 def find_cuda_libs(cuda_home: Path | None = None) -> CudaLibs:
     """Locates cuBLAS and cuSOLVER: the nvidia-* wheels first, then the CUDA toolkit.
 
-    Wheel layouts: ``nvidia/cu13/{include,lib}`` (CUDA 13 wheels, both libraries in one
-    directory) and ``nvidia/{cublas,cusolver}/{include,lib}`` (CUDA 12 wheels).
+    Wheel layout: ``nvidia/cu13/{include,lib}`` (both libraries in one directory).
 
     Args:
         cuda_home: the toolkit root, tried after the wheels.
 
     Returns:
-        The include and library directories and the link names.
+        The include directory and the two libraries.
 
     Raises:
         BuildError: neither the wheels nor the toolkit provide both libraries.
     """
-    layouts: list[tuple[Path, Path, Path, Path]] = []  # (blas inc, blas lib, sol inc, sol lib)
-    for site in _site_dirs():
-        nv = site / "nvidia"
-        if not nv.is_dir():
-            continue
-        for sub in sorted(nv.glob("cu*"), reverse=True):
-            layouts.append((sub / "include", sub / "lib", sub / "include", sub / "lib"))
-        layouts.append(
-            (
-                nv / "cublas" / "include",
-                nv / "cublas" / "lib",
-                nv / "cusolver" / "include",
-                nv / "cusolver" / "lib",
-            )
-        )
+    roots = [
+        sub for site in site_dirs() for sub in sorted((site / "nvidia").glob("cu*"), reverse=True)
+    ]
+    layouts = [(root / "include", root / "lib") for root in roots]
     if cuda_home is not None:
-        for lib in ("lib64", "lib", "targets/x86_64-linux/lib"):
-            layouts.append(
-                (cuda_home / "include", cuda_home / lib, cuda_home / "include", cuda_home / lib)
-            )
-    for binc, blib, sinc, slib in layouts:
-        if not ((binc / "cublas_v2.h").is_file() and (sinc / "cusolverDn.h").is_file()):
+        for sub in ("lib64", "lib", "targets/x86_64-linux/lib"):
+            layouts.append((cuda_home / "include", cuda_home / sub))
+    for inc, lib in layouts:
+        if not ((inc / "cublas_v2.h").is_file() and (inc / "cusolverDn.h").is_file()):
             continue
-        if not (blib.is_dir() and slib.is_dir()):
+        if not lib.is_dir():
             continue
-        cublas, cusolver = _soname(blib, "libcublas"), _soname(slib, "libcusolver")
+        cublas, cusolver = _versioned(lib, "libcublas"), _versioned(lib, "libcusolver")
         if cublas is None or cusolver is None:
             continue
-        return CudaLibs(
-            include_dirs=tuple(dict.fromkeys([str(binc), str(sinc)])),
-            lib_dirs=tuple(dict.fromkeys([str(blib), str(slib)])),
-            link_names=(":" + cublas, ":" + cusolver),
-        )
+        return CudaLibs(include_dir=str(inc), cublas=str(cublas), cusolver=str(cusolver))
     raise BuildError(
         "cuBLAS/cuSOLVER headers and libraries were not found. Install them with "
         "`pip install nvidia-cublas nvidia-cusolver` (or `pip install 'gpchol[cuda]'`) into "
@@ -183,120 +240,242 @@ def jax_include_dir() -> str:
     return str(inc)
 
 
-def _arch_flags(arch: str) -> list[str]:
-    """``sm_90`` -> -gencode for SASS of sm_90 plus PTX; ``sm_80,sm_90`` for several."""
-    flags = []
-    archs = [a.strip() for a in arch.split(",") if a.strip()]
-    if not archs:
-        raise BuildError("--arch needs at least one architecture, e.g. sm_90")
-    for a in archs:
-        m = re.fullmatch(r"(?:sm_|compute_)?(\d+[a-z]?)", a)
+def cmake_architectures(arch: str) -> str:
+    """``--arch`` as a ``CMAKE_CUDA_ARCHITECTURES`` list.
+
+    Accepts CMake's own form (``90``, ``80;90``, ``90-real``) and nvcc's (``sm_90``,
+    ``sm_80,sm_90``).
+
+    Raises:
+        BuildError: an entry that is neither.
+
+    Example:
+        >>> cmake_architectures("sm_90")
+        '90'
+        >>> cmake_architectures("80;90-real")
+        '80;90-real'
+    """
+    out = []
+    for entry in re.split(r"[;,\s]+", arch.strip()):
+        if not entry:
+            continue
+        m = re.fullmatch(r"(?:sm_|compute_)?(\d+[a-z]?)(-real|-virtual)?", entry)
         if m is None:
-            raise BuildError(f"--arch: cannot read {a!r}; use e.g. sm_90 or sm_80,sm_90")
-        cc = m.group(1)
-        flags += ["-gencode", f"arch=compute_{cc},code=sm_{cc}"]
-    last = re.fullmatch(r"(?:sm_|compute_)?(\d+[a-z]?)", archs[-1]).group(1)
-    flags += ["-gencode", f"arch=compute_{last},code=compute_{last}"]  # PTX for newer GPUs
-    return flags
+            raise BuildError(f"--arch: cannot read {entry!r}; use e.g. 90, sm_90 or 80;90")
+        out.append(m.group(1) + (m.group(2) or ""))
+    if not out:
+        raise BuildError("--arch needs at least one architecture, e.g. 90")
+    return ";".join(out)
 
 
-def _run(cmd: list[str], verbose: bool) -> None:
+def configure_command(
+    cmake: str,
+    source: Path,
+    build_dir: Path,
+    *,
+    nvcc: str,
+    jax_include: str,
+    libs: CudaLibs | None,
+    ninja: str | None = None,
+    arch: str | None = None,
+    debug: bool = False,
+    werror: bool = False,
+) -> list[str]:
+    """The ``cmake`` configure command line.
+
+    Architectures: ``arch`` when given, else CMake's default from ``CMakeLists.txt``
+    (any value cached by an earlier ``--arch`` is dropped).
+
+    Example:
+        >>> cmd = configure_command(
+        ...     "cmake", Path("kernels_cuda"), Path("build/cuda"), nvcc="nvcc",
+        ...     jax_include="inc", libs=None, werror=True)
+        >>> [c for c in cmd if "WERROR" in c or "ARCH" in c]
+        ['-DGPCHOL_WERROR=ON', '-UCMAKE_CUDA_ARCHITECTURES']
+    """
+    cmd = [cmake, "-S", str(source), "-B", str(build_dir)]
+    if ninja is not None:
+        cmd += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
+    cmd += [
+        f"-DCMAKE_CUDA_COMPILER={nvcc}",
+        f"-DCMAKE_BUILD_TYPE={'Debug' if debug else 'Release'}",
+        f"-DGPCHOL_JAX_INCLUDE={jax_include}",
+        f"-DGPCHOL_WERROR={'ON' if werror else 'OFF'}",
+    ]
+    if libs is not None:
+        cmd += [
+            f"-DGPCHOL_CUDA_LIBS_INCLUDE={libs.include_dir}",
+            f"-DGPCHOL_CUBLAS_LIBRARY={libs.cublas}",
+            f"-DGPCHOL_CUSOLVER_LIBRARY={libs.cusolver}",
+        ]
+    if arch is not None:
+        cmd.append(f"-DCMAKE_CUDA_ARCHITECTURES={cmake_architectures(arch)}")
+    else:
+        cmd.append("-UCMAKE_CUDA_ARCHITECTURES")
+    return cmd
+
+
+def _first_line_with(text: str, word: str) -> str:
+    for line in text.splitlines():
+        if word in line:
+            return line.strip()
+    lines = text.strip().splitlines()
+    return lines[-1].strip() if lines else ""
+
+
+def tool_versions(nvcc: str | None, cmake: str | None, ninja: str | None) -> dict[str, str]:
+    """Versions of the build's tools and wheels (for the build log).
+
+    Args:
+        nvcc: path of nvcc, or ``None`` to skip it (likewise ``cmake``, ``ninja``).
+
+    Returns:
+        ``{"nvcc": ..., "cmake": ..., "ninja": ..., "jax": ..., "nvidia-cublas": ...}``;
+        ``"missing"`` for what is not installed.
+
+    Example:
+        >>> sorted(tool_versions(None, None, None))
+        ['jax', 'jaxlib', 'nvidia-cublas', 'nvidia-cusolver']
+    """
+    out: dict[str, str] = {}
+    for name, exe, args, word in (
+        ("nvcc", nvcc, ["--version"], "release"),
+        ("cmake", cmake, ["--version"], "version"),
+        ("ninja", ninja, ["--version"], ""),
+    ):
+        if exe is None:
+            continue
+        try:
+            proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+            out[name] = _first_line_with(proc.stdout + proc.stderr, word)
+        except (OSError, subprocess.SubprocessError) as err:
+            out[name] = f"unavailable ({err})"
+    for dist in ("jax", "jaxlib", *WHEELS):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = "missing"
+    return out
+
+
+def _forget_other_generator(build_dir: Path, generator: str | None) -> None:
+    """Drops CMake's cache when ``build_dir`` was configured with another generator
+    (CMake refuses to switch generators in place); ``None``: CMake's default on Linux."""
+    cache = build_dir / "CMakeCache.txt"
+    if not cache.is_file():
+        return
+    m = re.search(r"^CMAKE_GENERATOR:INTERNAL=(.*)$", cache.read_text(errors="replace"), re.M)
+    if m is not None and m.group(1).strip() != (generator or "Unix Makefiles"):
+        cache.unlink()
+        shutil.rmtree(build_dir / "CMakeFiles", ignore_errors=True)
+
+
+def _run(cmd: Sequence[str], verbose: bool) -> None:
     if verbose:
-        print(" ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+        print("+ " + " ".join(cmd), flush=True)
+    proc = subprocess.run(list(cmd), capture_output=True, text=True)
+    if verbose and (proc.stdout or proc.stderr):
+        print((proc.stdout + proc.stderr).rstrip(), flush=True)
     if proc.returncode != 0:
         raise BuildError(
             f"command failed with exit code {proc.returncode}:\n  {' '.join(cmd)}\n"
-            f"{proc.stdout}{proc.stderr}"
+            f"{proc.stdout[-6000:]}{proc.stderr[-6000:]}"
         )
-    if verbose and (proc.stdout or proc.stderr):
-        print(proc.stdout + proc.stderr, flush=True)
 
 
 def build(
     output: Path = DEFAULT_OUTPUT,
     *,
-    arch: str = DEFAULT_ARCH,
+    build_dir: Path | None = None,
+    arch: str | None = None,
     nvcc: str | None = None,
+    cmake: str | None = None,
     jobs: int | None = None,
     debug: bool = False,
     werror: bool = False,
     verbose: bool = False,
 ) -> Path:
-    """Compiles ``kernels_cuda`` into a shared library.
-
-    Each ``.cu`` file is compiled in parallel, then linked against cuBLAS and cuSOLVER with
-    a RUNPATH to their directory.
+    """Configures and builds ``kernels_cuda`` with CMake; copies the library to ``output``.
 
     Args:
         output: path of the ``.so`` to write (directories are created).
-        arch: comma-separated GPU architectures (``sm_90`` for H100/H200).
+        build_dir: CMake's build directory (default :func:`default_build_dir`).
+        arch: GPU architectures (``90``, ``sm_90``, ``80;90``); default: CMake's.
         nvcc: path of nvcc (default: searched, see :func:`find_nvcc`).
-        jobs: parallel compilations (default: number of CPUs, at most the file count).
-        debug: build with ``-G -O0`` (device debug) instead of ``-O3``.
-        werror: turn every warning of nvcc and of the host compiler into an error (CI).
-        verbose: print the commands.
+        cmake: path of cmake (default: searched, see :func:`find_cmake`).
+        jobs: parallel compilations (default: CMake's).
+        debug: a Debug build (``CMAKE_BUILD_TYPE``) instead of Release.
+        werror: every nvcc and host-compiler warning is an error (CI).
+        verbose: print the commands, CMake's output and the compiler lines.
 
     Returns:
-        The path of the built library.
+        The path of the copied library.
 
     Raises:
-        BuildError: a tool or library is missing, or compilation failed.
+        BuildError: the sources (outside a checkout), a tool or a library is missing, or
+            CMake/nvcc failed.
     """
     src = source_dir()
-    sources = sorted((src / "src").glob("*.cu"))
-    if not sources:
+    if not (src / "CMakeLists.txt").is_file():
         raise BuildError(
-            f"no CUDA sources under {src / 'src'}; build from a source checkout of gpchol"
+            f"the CUDA sources are not here ({src}/CMakeLists.txt does not exist): "
+            "`python -m gpchol.build` needs a source checkout of gpchol, since an installed "
+            "package does not ship kernels_cuda/. Clone the repository, `pip install -e .` "
+            "from it and run the build there."
         )
+    cmake_path = find_cmake(cmake)
+    ninja = find_ninja()
     nvcc_path = find_nvcc(nvcc)
     cuda_home = Path(nvcc_path).resolve().parent.parent
     libs = find_cuda_libs(cuda_home)
-    includes = ["-I", str(src / "include"), "-isystem", jax_include_dir()]
-    for inc in libs.include_dirs:
-        includes += ["-isystem", inc]
-    opt = ["-G", "-O0", "-g"] if debug else ["-O3"]
-    if werror:
-        opt += ["-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror"]
-    common = [
-        "-std=c++17",
-        *opt,
-        *_arch_flags(arch),
-        "-Xcompiler",
-        "-fPIC",
-        "-diag-suppress",
-        "940",
-        *includes,
-    ]
+    jax_include = jax_include_dir()
+    versions = tool_versions(nvcc_path, cmake_path, ninja)
+    print(
+        "gpchol.build: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
+        flush=True,
+    )
+    print(f"gpchol.build: cuBLAS {libs.cublas}, cuSOLVER {libs.cusolver}", flush=True)
+    build_dir = Path(build_dir) if build_dir is not None else default_build_dir()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    _forget_other_generator(build_dir, "Ninja" if ninja is not None else None)
+    configure = configure_command(
+        cmake_path,
+        src,
+        build_dir,
+        nvcc=nvcc_path,
+        jax_include=jax_include,
+        libs=libs,
+        ninja=ninja,
+        arch=arch,
+        debug=debug,
+        werror=werror,
+    )
+    _run(configure, verbose)
+    compile_cmd = [cmake_path, "--build", str(build_dir), "--parallel"]
+    if jobs is not None:
+        compile_cmd.append(str(jobs))
+    if verbose:
+        compile_cmd.append("--verbose")
+    _run(compile_cmd, verbose)
+    built = build_dir / LIBRARY_NAME
+    if not built.is_file():
+        raise BuildError(f"CMake finished but {built} does not exist")
     output = Path(output).resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="gpchol-build-") as tmp:
-        objects = [str(Path(tmp) / (s.stem + ".o")) for s in sources]
-        cmds = [
-            [nvcc_path, *common, "-c", str(s), "-o", o]
-            for s, o in zip(sources, objects, strict=True)
-        ]
-        workers = max(1, min(jobs or os.cpu_count() or 1, len(cmds)))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for fut in [pool.submit(_run, c, verbose) for c in cmds]:
-                fut.result()
-        link = [nvcc_path, "-shared", *_arch_flags(arch), *objects, "-o", str(output) + ".tmp"]
-        for d in libs.lib_dirs:
-            link += ["-L", d, "-Xlinker", f"-rpath,{d}"]
-        for name in libs.link_names:
-            link.append(f"-l{name}")
-        _run(link, verbose)
-    os.replace(str(output) + ".tmp", output)
+    tmp = output.with_name(output.name + ".tmp")
+    shutil.copy2(built, tmp)
+    os.replace(tmp, output)
     return output
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``python -m gpchol.build [--output PATH] [--arch sm_90] ...``."""
+    """Command line: ``python -m gpchol.build [--output PATH] [--arch 90] [--werror] ...``."""
     parser = argparse.ArgumentParser(
         prog="python -m gpchol.build",
         description=(
-            "Compile gpchol's CUDA kernels (kernels_cuda/) into the shared library that "
-            "gpchol._cuda.ffi loads. Needs nvcc and the nvidia-cublas / nvidia-cusolver wheels."
+            "Compile gpchol's CUDA kernels (kernels_cuda/, with CMake and nvcc) into the "
+            "shared library that gpchol._cuda.ffi loads. Needs a source checkout, cmake, "
+            "nvcc and the nvidia-cublas / nvidia-cusolver wheels."
         ),
     )
     parser.add_argument(
@@ -306,25 +485,33 @@ def main(argv: list[str] | None = None) -> int:
         help=f"library to write (default: {DEFAULT_OUTPUT})",
     )
     parser.add_argument(
+        "--build-dir", type=Path, default=None, help=f"default: {default_build_dir()}"
+    )
+    parser.add_argument(
         "--arch",
-        default=DEFAULT_ARCH,
-        help="comma-separated GPU architectures, e.g. sm_90 (H100/H200) or sm_80,sm_90 "
-        f"(default: {DEFAULT_ARCH})",
+        default=None,
+        help="GPU architectures, e.g. 90 (H100/H200) or 80;90 (sm_90 and sm_80,sm_90 are "
+        "read too); default: CMAKE_CUDA_ARCHITECTURES of kernels_cuda/CMakeLists.txt",
     )
     parser.add_argument("--nvcc", default=None, help="path of nvcc (default: searched)")
+    parser.add_argument("--cmake", default=None, help="path of cmake (default: searched)")
     parser.add_argument("--jobs", "-j", type=int, default=None, help="parallel compilations")
-    parser.add_argument("--debug", action="store_true", help="device debug build (-G -O0)")
+    parser.add_argument("--debug", action="store_true", help="CMAKE_BUILD_TYPE=Debug")
     parser.add_argument(
         "--werror", action="store_true", help="treat compiler warnings as errors (CI)"
     )
-    parser.add_argument("--verbose", "-v", action="store_true", help="print the commands")
+    parser.add_argument(
+        "--verbose", "-v", action="store_true", help="print the commands and their output"
+    )
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
         out = build(
             args.output,
+            build_dir=args.build_dir,
             arch=args.arch,
             nvcc=args.nvcc,
+            cmake=args.cmake,
             jobs=args.jobs,
             debug=args.debug,
             werror=args.werror,

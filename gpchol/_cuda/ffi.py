@@ -17,6 +17,11 @@ Contract used by :mod:`gpchol._linalg` (backend ``"cuda"``):
 * :func:`potrf` -- ``(L, status)`` of ``(..., n, n)`` matrices (lower triangle read);
 * :func:`potrf_adjoint` -- the symmetric gradient ``G`` from ``L`` and ``Lbar``.
 
+For tests and diagnostics (through :mod:`gpchol._internal`, as ``cuda_ffi``):
+:func:`potrf_impl` / :func:`potrf_adjoint_impl` (the kernel choice exposed),
+:func:`registered_library`, :func:`loaded_library_paths`, :func:`default_candidates`,
+:func:`gpu_reason`, :func:`ensure_registered`, :func:`build_info`.
+
 Both functions are traceable (``jit``, ``vmap``: the batch dimension is handled by the
 kernels, ``vmap_method="broadcast_all"``) and work in place: the input ``a`` (for
 :func:`potrf`) and the cotangent ``Lbar`` (for :func:`potrf_adjoint`) are aliased to the
@@ -31,18 +36,28 @@ import re
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 __all__ = [
     "ENV_VAR",
+    "TARGETS",
     "build_info",
     "cuda_unavailable_reason",
+    "default_candidates",
+    "ensure_registered",
+    "gpu_reason",
     "library_path",
+    "loaded_library_paths",
     "potrf",
     "potrf_adjoint",
+    "potrf_adjoint_impl",
+    "potrf_impl",
+    "registered_library",
     "small_max_n",
 ]
 
@@ -57,7 +72,8 @@ BUILD_HINT = (
 _SMALL_MAX_N = {np.dtype(np.float32): 128, np.dtype(np.float64): 64}
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 
-_TARGETS = tuple(
+# The FFI targets of the library, all registered for the "CUDA" platform.
+TARGETS = tuple(
     f"gpchol_{op}_{suffix}"
     for op in ("potrf", "potrf_adjoint", "potrf_small", "potrf_adjoint_small")
     for suffix in ("f32", "f64")
@@ -77,9 +93,28 @@ _registered: str | None = None  # path of the library whose targets are register
 # ----------------------------------------------------------------------------------------
 
 
-def _default_candidates() -> list[Path]:
+def default_candidates() -> list[Path]:
+    """The default build locations, in the order they are searched.
+
+    ``gpchol/_lib/libgpchol_cuda.so`` (``python -m gpchol.build``), then
+    ``build/libgpchol_cuda.so`` next to the package (CMake run by hand).
+
+    Example:
+        >>> [p.name for p in default_candidates()]
+        ['libgpchol_cuda.so', 'libgpchol_cuda.so']
+    """
     package = Path(__file__).resolve().parent.parent
     return [package / "_lib" / LIBRARY_NAME, package.parent / "build" / LIBRARY_NAME]
+
+
+def registered_library() -> str | None:
+    """Resolved path of the library whose targets are registered, ``None`` before that."""
+    return _registered
+
+
+def loaded_library_paths() -> list[str]:
+    """Resolved paths of the kernels libraries loaded (with :mod:`ctypes`) so far."""
+    return sorted(_libraries)
 
 
 def library_path() -> Path | None:
@@ -94,7 +129,7 @@ def library_path() -> Path | None:
     override = os.environ.get(ENV_VAR)
     if override:
         return Path(override).expanduser()
-    for candidate in _default_candidates():
+    for candidate in default_candidates():
         if candidate.is_file():
             return candidate
     return None
@@ -148,7 +183,8 @@ def _load(path: Path) -> ctypes.CDLL | str:
     return lib
 
 
-def _gpu_reason() -> str | None:
+def gpu_reason() -> str | None:
+    """``None`` when JAX sees an NVIDIA GPU, else why not (one sentence)."""
     try:
         devices = jax.devices("cuda")
     except RuntimeError as err:
@@ -166,6 +202,7 @@ def _version_text(v: int) -> str:
 
 
 def _version_reason(lib: ctypes.CDLL, path: Path) -> str | None:
+    """``None`` when the driver can run code built against the library's CUDA runtime."""
     try:
         runtime = int(lib.gpchol_cuda_runtime_version())
         driver = int(lib.gpchol_cuda_driver_version())
@@ -182,7 +219,7 @@ def _version_reason(lib: ctypes.CDLL, path: Path) -> str | None:
     return None
 
 
-def _ensure_registered() -> str | None:
+def ensure_registered() -> str | None:
     """Loads and registers the kernels once; returns ``None`` or why they cannot be used."""
     global _registered
     with _lock:
@@ -193,7 +230,7 @@ def _ensure_registered() -> str | None:
             return f"the gpchol CUDA kernels are not built; {BUILD_HINT}"
         if not path.is_file():
             return f"{ENV_VAR} is set to {path}, which does not exist; {BUILD_HINT}"
-        reason = _gpu_reason()
+        reason = gpu_reason()
         if reason is not None:
             return reason
         lib = _load(path)
@@ -203,7 +240,7 @@ def _ensure_registered() -> str | None:
         if reason is not None:
             return reason
         try:
-            for name in _TARGETS:
+            for name in TARGETS:
                 jax.ffi.register_ffi_target(
                     name, jax.ffi.pycapsule(getattr(lib, name)), platform="CUDA"
                 )
@@ -225,26 +262,33 @@ def cuda_unavailable_reason() -> str | None:
         device is visible to JAX; otherwise one sentence saying what is missing and how to
         fix it.
     """
-    return _ensure_registered()
+    return ensure_registered()
 
 
 def _require() -> None:
-    reason = _ensure_registered()
+    reason = ensure_registered()
     if reason is not None:
         raise RuntimeError(f"gpchol's CUDA kernels are unavailable: {reason}")
 
 
-def build_info() -> dict:
-    """Versions reported by the loaded kernels library (for reports and benchmarks).
+def build_info() -> dict[str, Any]:
+    """Versions and limits reported by the loaded kernels library (reports, benchmarks).
 
     Returns:
-        A dict with the library path and the CUDA runtime / driver / cuBLAS / cuSOLVER
-        versions (compiled against and loaded), or ``{"unavailable": reason}``.
+        A dict with the library path, the CUDA runtime / driver / cuBLAS / cuSOLVER
+        versions (compiled against and loaded), the first GPU's opt-in shared memory per
+        block and the scratch alignment asked of XLA; or ``{"unavailable": reason}``.
+
+    Example:
+        >>> info = build_info()
+        >>> "unavailable" in info or "cuda_driver" in info
+        True
     """
-    reason = _ensure_registered()
-    if reason is not None:
+    reason = ensure_registered()
+    if reason is not None or _registered is None:
         return {"unavailable": reason}
     lib = _libraries[_registered]
+    device = jax.devices("cuda")[0].id
     return {
         "library": _registered,
         "cuda_runtime_compiled": _version_text(lib.gpchol_cuda_runtime_version()),
@@ -253,6 +297,8 @@ def build_info() -> dict:
         "cublas_loaded": int(lib.gpchol_cublas_loaded_version()),
         "cusolver_compiled": int(lib.gpchol_cusolver_header_version()),
         "cusolver_loaded": int(lib.gpchol_cusolver_loaded_version()),
+        "shared_memory_per_block_optin": int(lib.gpchol_device_smem_optin(device)),
+        "scratch_request_alignment": int(lib.gpchol_scratch_request_alignment()),
     }
 
 
@@ -261,19 +307,26 @@ def build_info() -> dict:
 # ----------------------------------------------------------------------------------------
 
 
-def small_max_n(dtype) -> int:
+def small_max_n(dtype: DTypeLike) -> int:
     """Largest ``n`` handled by the shared-memory batched kernels for ``dtype``.
+
+    On a device with too little shared memory per block for a given ``n`` the kernels
+    run that batch on the large path instead (same results).
 
     Args:
         dtype: float32 or float64.
 
     Returns:
         128 for float32, 64 for float64.
+
+    Example:
+        >>> small_max_n(np.float32), small_max_n(np.float64)
+        (128, 64)
     """
     return _SMALL_MAX_N[_check_dtype(dtype, "small_max_n")]
 
 
-def _check_dtype(dtype, fn: str) -> np.dtype:
+def _check_dtype(dtype: DTypeLike, fn: str) -> np.dtype:
     dt = np.dtype(dtype)
     if dt not in _SUFFIX:
         raise TypeError(
@@ -283,7 +336,7 @@ def _check_dtype(dtype, fn: str) -> np.dtype:
     return dt
 
 
-def _as_batch_of_squares(x, fn: str, name: str):
+def _as_batch_of_squares(x: ArrayLike, fn: str, name: str) -> jax.Array:
     x = jnp.asarray(x)
     if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
         raise ValueError(
@@ -294,7 +347,7 @@ def _as_batch_of_squares(x, fn: str, name: str):
     return x
 
 
-def _check_tile_size(tile_size, fn: str) -> int:
+def _check_tile_size(tile_size: object, fn: str) -> int:
     """0 for ``None`` (the kernels' default), else a positive int."""
     if tile_size is None:
         return 0
@@ -322,7 +375,7 @@ def _pick_method(method: str, n: int, dtype: np.dtype, fn: str) -> str:
 # ----------------------------------------------------------------------------------------
 
 
-def potrf(a, *, tile_size: int | None = None) -> tuple[jax.Array, jax.Array]:
+def potrf(a: ArrayLike, *, tile_size: int | None = None) -> tuple[jax.Array, jax.Array]:
     r"""Cholesky factorization ``A = L L^T`` of a batch of matrices on an NVIDIA GPU.
 
     Only the lower triangle of ``a`` is read (the caller symmetrizes). Matrices with
@@ -349,12 +402,30 @@ def potrf(a, *, tile_size: int | None = None) -> tuple[jax.Array, jax.Array]:
         TypeError: ``a`` is not float32/float64, or ``tile_size`` is not an int.
         ValueError: ``a`` is not a batch of square matrices, or ``tile_size < 1``.
         RuntimeError: the CUDA kernels are unavailable (see :func:`cuda_unavailable_reason`).
+
+    Example:
+        >>> L, status = potrf(jnp.zeros((2, 0, 0)))  # empty: needs no GPU
+        >>> L.shape, status.shape
+        ((2, 0, 0), (2,))
     """
-    return _potrf_impl(a, tile_size=tile_size)
+    return potrf_impl(a, tile_size=tile_size)
 
 
-def _potrf_impl(a, *, tile_size=None, method: str = "auto"):
-    """:func:`potrf` with the kernel choice exposed (``"auto"``, ``"small"``, ``"large"``)."""
+def potrf_impl(
+    a: ArrayLike, *, tile_size: int | None = None, method: str = "auto"
+) -> tuple[jax.Array, jax.Array]:
+    """:func:`potrf` with the kernel choice exposed.
+
+    Args:
+        a: as for :func:`potrf`.
+        tile_size: as for :func:`potrf`.
+        method: ``"auto"`` (shared-memory kernel for ``n <= small_max_n``), ``"small"``
+            (the shared-memory target; it falls back to the large path where the device's
+            shared memory is too small) or ``"large"``.
+
+    Returns:
+        ``(L, status)`` as for :func:`potrf`.
+    """
     a = _as_batch_of_squares(a, "potrf", "a")
     tile = _check_tile_size(tile_size, "potrf")
     dtype = np.dtype(a.dtype)
@@ -379,7 +450,7 @@ def _potrf_impl(a, *, tile_size=None, method: str = "auto"):
     return L, status
 
 
-def potrf_adjoint(L, Lbar, *, tile_size: int | None = None) -> jax.Array:
+def potrf_adjoint(L: ArrayLike, Lbar: ArrayLike, *, tile_size: int | None = None) -> jax.Array:
     r"""Reverse-mode derivative of the Cholesky factorization (Murray's blocked adjoint).
 
     For a scalar ``f(L)`` with ``L = chol(A)`` and ``Lbar = df/dL``, returns the symmetric
@@ -411,11 +482,14 @@ def potrf_adjoint(L, Lbar, *, tile_size: int | None = None) -> jax.Array:
         ValueError: shapes that are not equal batches of square matrices.
         RuntimeError: the CUDA kernels are unavailable.
     """
-    return _potrf_adjoint_impl(L, Lbar, tile_size=tile_size)
+    return potrf_adjoint_impl(L, Lbar, tile_size=tile_size)
 
 
-def _potrf_adjoint_impl(L, Lbar, *, tile_size=None, method: str = "auto"):
-    """:func:`potrf_adjoint` with the kernel choice exposed."""
+def potrf_adjoint_impl(
+    L: ArrayLike, Lbar: ArrayLike, *, tile_size: int | None = None, method: str = "auto"
+) -> jax.Array:
+    """:func:`potrf_adjoint` with the kernel choice exposed (``method`` as in
+    :func:`potrf_impl`)."""
     L = _as_batch_of_squares(L, "potrf_adjoint", "L")
     Lbar = _as_batch_of_squares(Lbar, "potrf_adjoint", "Lbar")
     if L.shape != Lbar.shape:

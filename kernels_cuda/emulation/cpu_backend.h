@@ -9,6 +9,12 @@
 // * Elementwise functors and the steps of the small-matrix bodies run in a shuffled order,
 //   so a step whose elements depended on each other (a data race on the GPU) would give
 //   order-dependent, wrong results.
+// * Scratch memory comes from an allocator with the rules of XLA's FFI device allocator
+//   (power-of-two alignment up to 16 bytes, else "Unsupported alignment"), whose pointers
+//   are 16-aligned but never 256-aligned, optionally with a byte budget (to test the
+//   error path); the backend goes through the same aligned_scratch as the CUDA one.
+// * The shared memory per block is a parameter, so that the fallback of the small-matrix
+//   batches to the large path (potrf_small_batch) can be tested with a lowered limit.
 #pragma once
 
 #include <algorithm>
@@ -23,26 +29,57 @@
 #include <vector>
 
 #include "gpchol/portability.h"
+#include "gpchol/scratch.h"
 #include "gpchol/small.h"
 
 namespace gpchol::emu {
 
 class CpuBackend {
  public:
-  explicit CpuBackend(std::uint64_t seed) : rng_(seed) {}
+  // shared_memory_limit: bytes per thread block (<= 0: unlimited); scratch_budget: bytes
+  // the scratch allocator grants in total (< 0: unlimited).
+  explicit CpuBackend(std::uint64_t seed, index_t shared_memory_limit = 0,
+                      index_t scratch_budget = -1)
+      : rng_(seed),
+        shared_memory_limit_(shared_memory_limit > 0 ? shared_memory_limit : kUnlimited),
+        scratch_budget_(scratch_budget) {}
 
   // Memory the algorithm may touch (inputs, outputs); scratch is registered automatically.
   void add_buffer(const void* p, size_t bytes) {
     buffers_.push_back({static_cast<const char*>(p), bytes});
   }
 
-  Status scratch(size_t bytes, void** ptr) {
-    // Poisoned with NaN bytes so that reading scratch before writing it shows up.
-    auto mem = std::make_unique<unsigned char[]>(bytes + 1);
-    std::memset(mem.get(), 0xFF, bytes + 1);
-    *ptr = mem.get();
-    add_buffer(mem.get(), bytes);
+  Status scratch(size_t bytes, void** ptr) { return aligned_scratch(*this, bytes, ptr); }
+
+  // The emulated XLA allocator (XLA_FFI_DeviceMemory_Allocate's rules). The memory is
+  // poisoned with NaN bytes, so that reading scratch before writing it shows up.
+  Status allocate(size_t bytes, size_t alignment, void** ptr) {
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 ||
+        alignment > kXlaMaxScratchAlignment) {
+      return Status::Error("Unsupported alignment: " + std::to_string(alignment));
+    }
+    if (scratch_budget_ >= 0 && static_cast<index_t>(bytes) > scratch_budget_) {
+      return Status::Error("Out of memory while trying to allocate " + std::to_string(bytes) +
+                           " bytes (emulated budget: " + std::to_string(scratch_budget_) +
+                           " bytes left)");
+    }
+    if (scratch_budget_ >= 0) scratch_budget_ -= static_cast<index_t>(bytes);
+    // Place the block 16 bytes past a 256-byte boundary: aligned as asked, never more.
+    const size_t slack = 2 * kScratchAlignment;
+    auto mem = std::make_unique<unsigned char[]>(bytes + slack);
+    std::memset(mem.get(), 0xFF, bytes + slack);
+    const auto base = reinterpret_cast<std::uintptr_t>(mem.get());
+    const auto mask = static_cast<std::uintptr_t>(kScratchAlignment - 1);
+    unsigned char* p =
+        reinterpret_cast<unsigned char*>(((base + mask) & ~mask) + kXlaMaxScratchAlignment);
+    *ptr = p;
+    add_buffer(p, bytes);
     scratch_.push_back(std::move(mem));
+    return Status::Ok();
+  }
+
+  Status shared_memory_limit(index_t* bytes) {
+    *bytes = shared_memory_limit_;
     return Status::Ok();
   }
 
@@ -244,9 +281,18 @@ class CpuBackend {
     }
   };
 
+  // Like a kernel launch on the GPU, refuses more shared memory than the limit allows.
+  Status check_shared_memory(index_t bytes) const {
+    if (bytes <= shared_memory_limit_) return Status::Ok();
+    return Status::Error("the small-matrix kernel needs " + std::to_string(bytes) +
+                         " bytes of shared memory per block; this device allows " +
+                         std::to_string(shared_memory_limit_));
+  }
+
   template <typename T>
   Status small_potrf(const T* a, T* out, std::int32_t* status, index_t batch, int n) {
     if (n > small_max_n<T>()) return Status::Error("n too large for the small kernel");
+    GPCHOL_RETURN_IF_ERROR(check_shared_memory(small_potrf_smem<T>(n)));
     std::vector<T> sm(static_cast<size_t>(small_potrf_smem<T>(n) / sizeof(T)) + 1,
                       nan_<T>());
     Block blk{&rng_, {}};
@@ -261,6 +307,7 @@ class CpuBackend {
   template <typename T>
   Status small_adjoint(const T* L, const T* lbar, T* g, index_t batch, int n) {
     if (n > small_max_n<T>()) return Status::Error("n too large for the small kernel");
+    GPCHOL_RETURN_IF_ERROR(check_shared_memory(small_adjoint_smem<T>(n)));
     std::vector<T> sm(static_cast<size_t>(small_adjoint_smem<T>(n) / sizeof(T)) + 1,
                       nan_<T>());
     Block blk{&rng_, {}};
@@ -311,7 +358,11 @@ class CpuBackend {
     return check_range(p, extent, what);
   }
 
+  static constexpr index_t kUnlimited = index_t(1) << 62;
+
   std::mt19937_64 rng_;
+  index_t shared_memory_limit_;
+  index_t scratch_budget_;
   std::vector<Range> buffers_;
   std::vector<std::unique_ptr<unsigned char[]>> scratch_;
 };

@@ -12,12 +12,106 @@
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpchol/portability.h"
+#include "gpchol/scratch.h"
 #include "gpchol/small.h"
+#include "xla/ffi/api/c_api.h"
 #include "xla/ffi/api/ffi.h"
+
+namespace gpchol::cuda {
+
+// ---- scratch memory from XLA ----------------------------------------------------------
+
+// Device memory from XLA's allocator for the duration of one FFI call, like
+// ffi::ScratchAllocator, except that a failed allocation keeps XLA's own message (the
+// ScratchAllocator only reports it to a diagnostic that nobody reads once the handler
+// has been entered). Bound with `.Ctx<XlaScratchCtx>()`; freed when the handler returns.
+class XlaScratch {
+ public:
+  XlaScratch(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ctx) : api_(api), ctx_(ctx) {}
+  XlaScratch(XlaScratch&& other) noexcept
+      : api_(other.api_), ctx_(other.ctx_), blocks_(std::move(other.blocks_)) {
+    other.blocks_.clear();
+  }
+  XlaScratch(const XlaScratch&) = delete;
+  XlaScratch& operator=(const XlaScratch&) = delete;
+  XlaScratch& operator=(XlaScratch&&) = delete;
+
+  ~XlaScratch() {
+    for (const Block& b : blocks_) {
+      XLA_FFI_DeviceMemory_Free_Args args;
+      args.struct_size = XLA_FFI_DeviceMemory_Free_Args_STRUCT_SIZE;
+      args.extension_start = nullptr;
+      args.ctx = ctx_;
+      args.size = b.size;
+      args.data = b.data;
+      if (XLA_FFI_Error* e = api_->XLA_FFI_DeviceMemory_Free(&args)) take_message(e);
+    }
+  }
+
+  // `bytes` at `alignment` (XLA accepts powers of two up to kXlaMaxScratchAlignment).
+  Status allocate(size_t bytes, size_t alignment, void** ptr) {
+    XLA_FFI_DeviceMemory_Allocate_Args args;
+    args.struct_size = XLA_FFI_DeviceMemory_Allocate_Args_STRUCT_SIZE;
+    args.extension_start = nullptr;
+    args.ctx = ctx_;
+    args.size = bytes;
+    args.alignment = alignment;
+    args.data = nullptr;
+    if (XLA_FFI_Error* e = api_->XLA_FFI_DeviceMemory_Allocate(&args)) {
+      return Status::Error("XLA: " + take_message(e));
+    }
+    blocks_.push_back({bytes, args.data});
+    *ptr = args.data;
+    return Status::Ok();
+  }
+
+ private:
+  struct Block {
+    size_t size;
+    void* data;
+  };
+
+  // The error's message; the error is destroyed.
+  std::string take_message(XLA_FFI_Error* e) const {
+    XLA_FFI_Error_GetMessage_Args get;
+    get.struct_size = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE;
+    get.extension_start = nullptr;
+    get.error = e;
+    get.message = nullptr;
+    api_->XLA_FFI_Error_GetMessage(&get);
+    std::string text = get.message != nullptr ? get.message : "(no message)";
+    XLA_FFI_Error_Destroy_Args destroy;
+    destroy.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+    destroy.extension_start = nullptr;
+    destroy.error = e;
+    api_->XLA_FFI_Error_Destroy(&destroy);
+    return text;
+  }
+
+  const XLA_FFI_Api* api_;
+  XLA_FFI_ExecutionContext* ctx_;
+  std::vector<Block> blocks_;
+};
+
+// Context tag of XlaScratch in handler bindings.
+struct XlaScratchCtx {};
+
+}  // namespace gpchol::cuda
+
+template <>
+struct xla::ffi::CtxDecoding<gpchol::cuda::XlaScratchCtx> {
+  using Type = gpchol::cuda::XlaScratch;
+  static std::optional<Type> Decode(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ctx,
+                                    DiagnosticEngine&) {
+    return Type(api, ctx);
+  }
+};
 
 namespace gpchol::cuda {
 
@@ -41,6 +135,7 @@ class HandleLease {
   ~HandleLease();
   // Borrows a set for `device` and binds it to `stream`.
   Status acquire(int device, cudaStream_t stream);
+  bool held() const { return held_; }
   const Handles& handles() const { return handles_; }
 
  private:
@@ -150,17 +245,20 @@ constexpr cudaDataType cuda_type() {
 
 class CudaBackend {
  public:
-  CudaBackend(cudaStream_t stream, int device, xla::ffi::ScratchAllocator& scratch,
-              const Handles* handles)
-      : stream_(stream), device_(device), scratch_(scratch), handles_(handles) {}
+  // Library handles are borrowed on first use (the small-matrix kernels need none unless a
+  // batch falls back to the large path).
+  CudaBackend(cudaStream_t stream, int device, XlaScratch& scratch)
+      : stream_(stream), device_(device), scratch_(scratch) {}
 
-  Status scratch(size_t bytes, void** ptr) {
-    auto mem = scratch_.Allocate(bytes > 0 ? bytes : 1, 256);
-    if (!mem.has_value()) {
-      return Status::Error("could not allocate " + std::to_string(bytes) +
-                           " bytes of scratch device memory");
-    }
-    *ptr = *mem;
+  Status scratch(size_t bytes, void** ptr) { return aligned_scratch(scratch_, bytes, ptr); }
+
+  // Dynamic shared memory one thread block may use (the opt-in maximum; at least 48 KiB).
+  Status shared_memory_limit(index_t* bytes) {
+    int max_optin = 0;
+    GPCHOL_RETURN_IF_ERROR(check_cuda(
+        cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_),
+        "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)"));
+    *bytes = std::max<index_t>(max_optin, 48 * 1024);
     return Status::Ok();
   }
 
@@ -185,11 +283,12 @@ class CudaBackend {
   // Column-major upper Cholesky through cuSOLVER's 64-bit API. `info` is device memory.
   template <typename T>
   Status potrf_upper(index_t n, T* a, index_t lda, std::int32_t* info) {
-    if (handles_ == nullptr) return Status::Error("internal: no cuSOLVER handle");
+    const Handles* h = nullptr;
+    GPCHOL_RETURN_IF_ERROR(handles(&h));
     size_t dev_bytes = 0, host_bytes = 0;
     if (n != ws_n_ || sizeof(T) != ws_itemsize_) {
       cusolverStatus_t s = cusolverDnXpotrf_bufferSize(
-          handles_->solver, handles_->params, CUBLAS_FILL_MODE_UPPER, n, cuda_type<T>(), a, lda,
+          h->solver, h->params, CUBLAS_FILL_MODE_UPPER, n, cuda_type<T>(), a, lda,
           cuda_type<T>(), &dev_bytes, &host_bytes);
       if (s != CUSOLVER_STATUS_SUCCESS) {
         return Status::Error("cusolverDnXpotrf_bufferSize failed: " + cusolver_message(s));
@@ -205,7 +304,7 @@ class CudaBackend {
       ws_host_need_ = host_bytes;
     }
     cusolverStatus_t s = cusolverDnXpotrf(
-        handles_->solver, handles_->params, CUBLAS_FILL_MODE_UPPER, n, cuda_type<T>(), a, lda,
+        h->solver, h->params, CUBLAS_FILL_MODE_UPPER, n, cuda_type<T>(), a, lda,
         cuda_type<T>(), ws_dev_, ws_dev_need_, ws_host_need_ > 0 ? ws_host_.data() : nullptr,
         ws_host_need_, reinterpret_cast<int*>(info));
     if (s != CUSOLVER_STATUS_SUCCESS) {
@@ -223,7 +322,9 @@ class CudaBackend {
   Status trsm(Side side, Uplo uplo, Op op, index_t m, index_t n, T alpha, const T* a,
               index_t lda, T* b, index_t ldb) {
     GPCHOL_RETURN_IF_ERROR(fits_int({m, n, lda, ldb}, "trsm"));
-    return check_blas(blas_trsm(blas(), to_cublas(side), to_cublas(uplo), to_cublas(op),
+    const Handles* h = nullptr;
+    GPCHOL_RETURN_IF_ERROR(handles(&h));
+    return check_blas(blas_trsm(h->blas, to_cublas(side), to_cublas(uplo), to_cublas(op),
                                 int(m), int(n), &alpha, a, int(lda), b, int(ldb)),
                       "trsm");
   }
@@ -232,7 +333,9 @@ class CudaBackend {
   Status trmm(Side side, Uplo uplo, Op op, index_t m, index_t n, T alpha, const T* a,
               index_t lda, T* b, index_t ldb) {
     GPCHOL_RETURN_IF_ERROR(fits_int({m, n, lda, ldb}, "trmm"));
-    return check_blas(blas_trmm(blas(), to_cublas(side), to_cublas(uplo), to_cublas(op),
+    const Handles* h = nullptr;
+    GPCHOL_RETURN_IF_ERROR(handles(&h));
+    return check_blas(blas_trmm(h->blas, to_cublas(side), to_cublas(uplo), to_cublas(op),
                                 int(m), int(n), &alpha, a, int(lda), b, int(ldb)),
                       "trmm");
   }
@@ -241,7 +344,9 @@ class CudaBackend {
   Status gemm(Op opa, Op opb, index_t m, index_t n, index_t k, T alpha, const T* a,
               index_t lda, const T* b, index_t ldb, T beta, T* c, index_t ldc) {
     GPCHOL_RETURN_IF_ERROR(fits_int({m, n, k, lda, ldb, ldc}, "gemm"));
-    return check_blas(blas_gemm(blas(), to_cublas(opa), to_cublas(opb), int(m), int(n), int(k),
+    const Handles* h = nullptr;
+    GPCHOL_RETURN_IF_ERROR(handles(&h));
+    return check_blas(blas_gemm(h->blas, to_cublas(opa), to_cublas(opb), int(m), int(n), int(k),
                                 &alpha, a, int(lda), b, int(ldb), &beta, c, int(ldc)),
                       "gemm");
   }
@@ -250,7 +355,9 @@ class CudaBackend {
   Status syrk(Uplo uplo, Op op, index_t n, index_t k, T alpha, const T* a, index_t lda, T beta,
               T* c, index_t ldc) {
     GPCHOL_RETURN_IF_ERROR(fits_int({n, k, lda, ldc}, "syrk"));
-    return check_blas(blas_syrk(blas(), to_cublas(uplo), to_cublas(op), int(n), int(k), &alpha,
+    const Handles* h = nullptr;
+    GPCHOL_RETURN_IF_ERROR(handles(&h));
+    return check_blas(blas_syrk(h->blas, to_cublas(uplo), to_cublas(op), int(n), int(k), &alpha,
                                 a, int(lda), &beta, c, int(ldc)),
                       "syrk");
   }
@@ -280,7 +387,12 @@ class CudaBackend {
   }
 
  private:
-  cublasHandle_t blas() const { return handles_ != nullptr ? handles_->blas : nullptr; }
+  // The cuBLAS/cuSOLVER handles of this call, borrowed from the pool on first use.
+  Status handles(const Handles** h) {
+    if (!lease_.held()) GPCHOL_RETURN_IF_ERROR(lease_.acquire(device_, stream_));
+    *h = &lease_.handles();
+    return Status::Ok();
+  }
 
   static Status check_cuda(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return Status::Ok();
@@ -311,30 +423,29 @@ class CudaBackend {
     return Status::Ok();
   }
 
-  // Kernels using more than 48 KiB of dynamic shared memory must opt in.
+  // Kernels using more than 48 KiB of dynamic shared memory must opt in. Dispatch
+  // (potrf_small_batch) has already checked `bytes` against shared_memory_limit.
   Status allow_smem(const void* kernel, size_t bytes) {
     if (bytes <= 48 * 1024) return Status::Ok();
-    int max_optin = 0;
-    GPCHOL_RETURN_IF_ERROR(check_cuda(
-        cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_),
-        "cudaDeviceGetAttribute"));
-    if (bytes > static_cast<size_t>(max_optin)) {
+    index_t limit = 0;
+    GPCHOL_RETURN_IF_ERROR(shared_memory_limit(&limit));
+    if (bytes > static_cast<size_t>(limit)) {
       return Status::Error("the small-matrix kernel needs " + std::to_string(bytes) +
                            " bytes of shared memory per block; this device allows " +
-                           std::to_string(max_optin));
+                           std::to_string(limit));
     }
     // The limit is per kernel and process-wide: raise it to the device's maximum (not to
     // this call's size), so that a concurrent call for a smaller n can never lower it
     // between another thread's opt-in and its launch.
-    return check_cuda(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_optin),
-        "cudaFuncSetAttribute");
+    return check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(limit)),
+                      "cudaFuncSetAttribute");
   }
 
   cudaStream_t stream_;
   int device_;
-  xla::ffi::ScratchAllocator& scratch_;
-  const Handles* handles_;
+  XlaScratch& scratch_;
+  HandleLease lease_;
   // cuSOLVER potrf workspace, sized for the last (n, dtype) queried; grown, never shrunk.
   index_t ws_n_ = -1;
   size_t ws_itemsize_ = 0;

@@ -1,11 +1,16 @@
 // XLA FFI handlers of gpchol's CUDA kernels (shared by handlers_f32.cu and
 // handlers_f64.cu, one translation unit per dtype so that they compile in parallel),
-// registered from Python (gpchol/_ffi.py) for the "CUDA" platform.
+// registered from Python (gpchol/_cuda/ffi.py) for the "CUDA" platform.
 //
 //   gpchol_potrf_{f32,f64}(a) -> (l, status)          attr tile_size: int64 (0 = cuSOLVER)
 //   gpchol_potrf_adjoint_{f32,f64}(l, lbar) -> g      attr tile_size: int64 (0 = default)
 //   gpchol_potrf_small_{f32,f64}(a) -> (l, status)    n <= 64 (f64) / 128 (f32)
 //   gpchol_potrf_adjoint_small_{f32,f64}(l, lbar) -> g
+//
+// The small targets run the shared-memory kernels, or the large path when the device's
+// shared memory per block is too small for them (potrf_small_batch in algorithms.h).
+// Scratch device memory comes from XLA's allocator (XlaScratch), whose error messages
+// reach Python.
 //
 // Shapes: a, l, lbar, g are (..., n, n) row-major; status is (...) int32. The leading
 // dimensions are one flattened batch. Python aliases a -> l and lbar -> g
@@ -61,7 +66,7 @@ inline ffi::Error to_ffi(const Status& s, const char* op) {
 }
 
 template <ffi::DataType DT>
-ffi::Error potrf_impl(cudaStream_t stream, ffi::ScratchAllocator scratch, std::int32_t device,
+ffi::Error potrf_impl(cudaStream_t stream, XlaScratch scratch, std::int32_t device,
                       std::int64_t tile_size, ffi::Buffer<DT> a, ffi::ResultBuffer<DT> l,
                       ffi::ResultBuffer<ffi::S32> status) {
   using T = ffi::NativeType<DT>;
@@ -75,18 +80,14 @@ ffi::Error potrf_impl(cudaStream_t stream, ffi::ScratchAllocator scratch, std::i
   if (batch == 0) return ffi::Error::Success();
   DeviceGuard guard(device);
   if (!guard.status().ok()) return to_ffi(guard.status(), op);
-  HandleLease lease;
-  if (n > 0) {
-    if (Status s = lease.acquire(device, stream); !s.ok()) return to_ffi(s, op);
-  }
-  CudaBackend be(stream, device, scratch, &lease.handles());
+  CudaBackend be(stream, device, scratch);
   return to_ffi(potrf_forward<T>(be, a.typed_data(), l->typed_data(), status->typed_data(),
                                  batch, n, tile_size),
                 op);
 }
 
 template <ffi::DataType DT>
-ffi::Error adjoint_impl(cudaStream_t stream, ffi::ScratchAllocator scratch, std::int32_t device,
+ffi::Error adjoint_impl(cudaStream_t stream, XlaScratch scratch, std::int32_t device,
                         std::int64_t tile_size, ffi::Buffer<DT> L, ffi::Buffer<DT> lbar,
                         ffi::ResultBuffer<DT> g) {
   using T = ffi::NativeType<DT>;
@@ -101,17 +102,17 @@ ffi::Error adjoint_impl(cudaStream_t stream, ffi::ScratchAllocator scratch, std:
   if (batch == 0 || n == 0) return ffi::Error::Success();
   DeviceGuard guard(device);
   if (!guard.status().ok()) return to_ffi(guard.status(), op);
-  HandleLease lease;
-  if (Status s = lease.acquire(device, stream); !s.ok()) return to_ffi(s, op);
-  CudaBackend be(stream, device, scratch, &lease.handles());
+  CudaBackend be(stream, device, scratch);
   return to_ffi(potrf_adjoint<T>(be, L.typed_data(), lbar.typed_data(), g->typed_data(), batch,
                                  n, tile_size),
                 op);
 }
 
+// The small-matrix targets run the shared-memory kernels, or the large path where the
+// device's shared memory per block is too small for them (potrf_small_batch).
 template <ffi::DataType DT>
-ffi::Error small_potrf_impl(cudaStream_t stream, ffi::ScratchAllocator scratch,
-                            std::int32_t device, ffi::Buffer<DT> a, ffi::ResultBuffer<DT> l,
+ffi::Error small_potrf_impl(cudaStream_t stream, XlaScratch scratch, std::int32_t device,
+                            ffi::Buffer<DT> a, ffi::ResultBuffer<DT> l,
                             ffi::ResultBuffer<ffi::S32> status) {
   using T = ffi::NativeType<DT>;
   constexpr const char* op = "gpchol_potrf_small";
@@ -126,18 +127,19 @@ ffi::Error small_potrf_impl(cudaStream_t stream, ffi::ScratchAllocator scratch,
                                        " exceeds the small-kernel limit " +
                                        std::to_string(small_max_n<T>()));
   }
+  if (batch == 0) return ffi::Error::Success();
   DeviceGuard guard(device);
   if (!guard.status().ok()) return to_ffi(guard.status(), op);
-  CudaBackend be(stream, device, scratch, nullptr);
-  return to_ffi(be.small_potrf<T>(a.typed_data(), l->typed_data(), status->typed_data(), batch,
-                                  static_cast<int>(n)),
+  CudaBackend be(stream, device, scratch);
+  SmallPath path = SmallPath::kSharedMemory;
+  return to_ffi(potrf_small_batch<T>(be, a.typed_data(), l->typed_data(), status->typed_data(),
+                                     batch, static_cast<int>(n), &path),
                 op);
 }
 
 template <ffi::DataType DT>
-ffi::Error small_adjoint_impl(cudaStream_t stream, ffi::ScratchAllocator scratch,
-                              std::int32_t device, ffi::Buffer<DT> L, ffi::Buffer<DT> lbar,
-                              ffi::ResultBuffer<DT> g) {
+ffi::Error small_adjoint_impl(cudaStream_t stream, XlaScratch scratch, std::int32_t device,
+                              ffi::Buffer<DT> L, ffi::Buffer<DT> lbar, ffi::ResultBuffer<DT> g) {
   using T = ffi::NativeType<DT>;
   constexpr const char* op = "gpchol_potrf_adjoint_small";
   index_t batch = 0, n = 0;
@@ -153,23 +155,33 @@ ffi::Error small_adjoint_impl(cudaStream_t stream, ffi::ScratchAllocator scratch
                                        " exceeds the small-kernel limit " +
                                        std::to_string(small_max_n<T>()));
   }
+  if (batch == 0 || n == 0) return ffi::Error::Success();
   DeviceGuard guard(device);
   if (!guard.status().ok()) return to_ffi(guard.status(), op);
-  CudaBackend be(stream, device, scratch, nullptr);
-  return to_ffi(be.small_adjoint<T>(L.typed_data(), lbar.typed_data(), g->typed_data(), batch,
-                                    static_cast<int>(n)),
+  CudaBackend be(stream, device, scratch);
+  SmallPath path = SmallPath::kSharedMemory;
+  return to_ffi(potrf_adjoint_small_batch<T>(be, L.typed_data(), lbar.typed_data(),
+                                             g->typed_data(), batch, static_cast<int>(n), &path),
                 op);
 }
 
 }  // namespace gpchol::cuda
 
 // ---- handler symbol definitions -----------------------------------------------------------
+//
+// The library is compiled with hidden visibility; each handler symbol is declared first
+// with default visibility (GPCHOL_HANDLER_EXPORT), which its definition by
+// XLA_FFI_DEFINE_HANDLER_SYMBOL keeps.
+
+#define GPCHOL_HANDLER_EXPORT(name) \
+  extern "C" __attribute__((visibility("default"))) XLA_FFI_Error* name(XLA_FFI_CallFrame*)
 
 #define GPCHOL_POTRF_HANDLER(name, DT)                                                     \
+  GPCHOL_HANDLER_EXPORT(name);                                                             \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(name, gpchol::cuda::potrf_impl<DT>,                        \
                                 ffi::Ffi::Bind()                                           \
                                     .Ctx<ffi::PlatformStream<cudaStream_t>>()              \
-                                    .Ctx<ffi::ScratchAllocator>()                          \
+                                    .Ctx<gpchol::cuda::XlaScratchCtx>()                    \
                                     .Ctx<ffi::DeviceOrdinal>()                             \
                                     .Attr<std::int64_t>("tile_size")                       \
                                     .Arg<ffi::Buffer<DT>>()                                \
@@ -177,10 +189,11 @@ ffi::Error small_adjoint_impl(cudaStream_t stream, ffi::ScratchAllocator scratch
                                     .Ret<ffi::Buffer<ffi::S32>>())
 
 #define GPCHOL_ADJOINT_HANDLER(name, DT)                                                   \
+  GPCHOL_HANDLER_EXPORT(name);                                                             \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(name, gpchol::cuda::adjoint_impl<DT>,                      \
                                 ffi::Ffi::Bind()                                           \
                                     .Ctx<ffi::PlatformStream<cudaStream_t>>()              \
-                                    .Ctx<ffi::ScratchAllocator>()                          \
+                                    .Ctx<gpchol::cuda::XlaScratchCtx>()                    \
                                     .Ctx<ffi::DeviceOrdinal>()                             \
                                     .Attr<std::int64_t>("tile_size")                       \
                                     .Arg<ffi::Buffer<DT>>()                                \
@@ -188,20 +201,22 @@ ffi::Error small_adjoint_impl(cudaStream_t stream, ffi::ScratchAllocator scratch
                                     .Ret<ffi::Buffer<DT>>())
 
 #define GPCHOL_SMALL_POTRF_HANDLER(name, DT)                                               \
+  GPCHOL_HANDLER_EXPORT(name);                                                             \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(name, gpchol::cuda::small_potrf_impl<DT>,                  \
                                 ffi::Ffi::Bind()                                           \
                                     .Ctx<ffi::PlatformStream<cudaStream_t>>()              \
-                                    .Ctx<ffi::ScratchAllocator>()                          \
+                                    .Ctx<gpchol::cuda::XlaScratchCtx>()                    \
                                     .Ctx<ffi::DeviceOrdinal>()                             \
                                     .Arg<ffi::Buffer<DT>>()                                \
                                     .Ret<ffi::Buffer<DT>>()                                \
                                     .Ret<ffi::Buffer<ffi::S32>>())
 
 #define GPCHOL_SMALL_ADJOINT_HANDLER(name, DT)                                             \
+  GPCHOL_HANDLER_EXPORT(name);                                                             \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(name, gpchol::cuda::small_adjoint_impl<DT>,                \
                                 ffi::Ffi::Bind()                                           \
                                     .Ctx<ffi::PlatformStream<cudaStream_t>>()              \
-                                    .Ctx<ffi::ScratchAllocator>()                          \
+                                    .Ctx<gpchol::cuda::XlaScratchCtx>()                    \
                                     .Ctx<ffi::DeviceOrdinal>()                             \
                                     .Arg<ffi::Buffer<DT>>()                                \
                                     .Arg<ffi::Buffer<DT>>()                                \

@@ -1,12 +1,13 @@
-// Plain C queries used by gpchol._ffi (through ctypes) to check the library against the
-// driver and to report versions.
+// Plain C queries used by gpchol._cuda.ffi (through ctypes) to check the library against
+// the driver and to report versions and limits.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
 
+#include "gpchol/scratch.h"
 #include "gpchol/small.h"
 
-// ---- version queries (ctypes, for gpchol._ffi's availability check and reports) ---------
+// ---- version queries (ctypes, for gpchol._cuda.ffi's availability check and reports) ----
 
 #define GPCHOL_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -48,4 +49,27 @@ GPCHOL_EXPORT int gpchol_cusolver_loaded_version() {
 // Largest n handled by the small-matrix kernels for an element size of 4 or 8 bytes.
 GPCHOL_EXPORT int gpchol_small_max_n(int itemsize) {
   return itemsize == 8 ? gpchol::kSmallMaxF64 : gpchol::kSmallMaxF32;
+}
+
+// Shared memory (bytes) the small-matrix kernel needs for one n x n matrix (adjoint != 0:
+// the adjoint kernel), for an element size of 4 or 8 bytes.
+GPCHOL_EXPORT long long gpchol_small_smem_bytes(int itemsize, int n, int adjoint) {
+  if (itemsize == 8) {
+    return adjoint ? gpchol::small_adjoint_smem<double>(n) : gpchol::small_potrf_smem<double>(n);
+  }
+  return adjoint ? gpchol::small_adjoint_smem<float>(n) : gpchol::small_potrf_smem<float>(n);
+}
+
+// Dynamic shared memory per block a kernel may opt in to on `device` (-1: query failed).
+GPCHOL_EXPORT int gpchol_device_smem_optin(int device) {
+  int v = 0;
+  return cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+                 cudaSuccess
+             ? v
+             : -1;
+}
+
+// Alignment the kernels ask XLA's scratch allocator for (XLA accepts at most 16).
+GPCHOL_EXPORT int gpchol_scratch_request_alignment() {
+  return static_cast<int>(gpchol::kScratchRequestAlignment);
 }

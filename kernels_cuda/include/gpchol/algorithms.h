@@ -15,7 +15,11 @@
 //   Status for_each(index_t count, const F& f);                  // elementwise.h functors
 //   Status copy(void* dst, const void* src, size_t bytes);
 //   Status zero(void* dst, size_t bytes);
-//   Status scratch(size_t bytes, void** ptr);                     // lives until the call ends
+//   Status scratch(size_t bytes, void** ptr);   // kScratchAlignment (scratch.h); lives
+//                                               // until the call ends
+//   Status shared_memory_limit(index_t* bytes);  // per thread block, opt-in maximum
+//   Status small_potrf<T>(const T* a, T* out, std::int32_t* status, index_t batch, int n);
+//   Status small_adjoint<T>(const T* L, const T* lbar, T* g, index_t batch, int n);
 //
 // with cuBLAS/LAPACK semantics: every BLAS/LAPACK call is COLUMN-MAJOR.
 //
@@ -39,6 +43,7 @@
 
 #include "gpchol/elementwise.h"
 #include "gpchol/portability.h"
+#include "gpchol/small.h"
 
 namespace gpchol {
 
@@ -181,6 +186,48 @@ Status potrf_adjoint(Be& be, const T* L, const T* lbar, T* g, index_t batch, ind
     }
   }
   return be.for_each(batch * nn, SymmetrizeGradient<T>{g, n});
+}
+
+// ---- batches of small matrices: shared memory if it fits, else the large path -----------
+//
+// The kernels of small.h hold one n x n matrix (forward) or three (adjoint) per thread
+// block in shared memory. When that is more than the device's per-block limit
+// (Be::shared_memory_limit: a float32 adjoint at n = 128 needs 198 KB, over an A100's
+// 163 KB, within an H100/H200's 227 KB), the batch takes the large path instead: one
+// library potrf per matrix, and the blocked adjoint with its default block. `path` says
+// which one ran.
+enum class SmallPath : std::int32_t { kSharedMemory = 1, kLarge = 2 };
+
+template <typename T>
+bool small_fits(int n, bool adjoint, index_t shared_memory_limit) {
+  const index_t need = adjoint ? small_adjoint_smem<T>(n) : small_potrf_smem<T>(n);
+  return n <= small_max_n<T>() && need <= shared_memory_limit;
+}
+
+template <typename T, typename Be>
+Status potrf_small_batch(Be& be, const T* a, T* out, std::int32_t* status, index_t batch, int n,
+                         SmallPath* path) {
+  index_t limit = 0;
+  GPCHOL_RETURN_IF_ERROR(be.shared_memory_limit(&limit));
+  if (small_fits<T>(n, false, limit)) {
+    *path = SmallPath::kSharedMemory;
+    return be.template small_potrf<T>(a, out, status, batch, n);
+  }
+  *path = SmallPath::kLarge;
+  return potrf_forward<T>(be, a, out, status, batch, n, 0);
+}
+
+template <typename T, typename Be>
+Status potrf_adjoint_small_batch(Be& be, const T* L, const T* lbar, T* g, index_t batch, int n,
+                                 SmallPath* path) {
+  index_t limit = 0;
+  GPCHOL_RETURN_IF_ERROR(be.shared_memory_limit(&limit));
+  if (small_fits<T>(n, true, limit)) {
+    *path = SmallPath::kSharedMemory;
+    return be.template small_adjoint<T>(L, lbar, g, batch, n);
+  }
+  *path = SmallPath::kLarge;
+  return potrf_adjoint<T>(be, L, lbar, g, batch, n, 0);
 }
 
 }  // namespace gpchol
