@@ -1,6 +1,13 @@
 """GPU benchmarks of gpchol's CUDA kernels, and the report of ``benchmarks/gpu_check.sh``.
 
-Two subcommands:
+Three subcommands:
+
+``smoke``
+    The first check after the build: calls each of the library's eight FFI targets once on
+    tiny inputs (including the paths that take scratch memory from XLA) and prints one
+    verdict line per target, ``OK`` or ``FAIL`` with the error. A CUDA fault is sticky in
+    a process, so after a failure the remaining targets run in a fresh process (while the
+    time budget lasts). Builds and benchmarks nothing; about 10-20 s on a GPU.
 
 ``run``
     Times, on the default GPU, for float64 and float32:
@@ -13,19 +20,24 @@ Two subcommands:
       JAX's default rules (and through ``gpchol.cholesky(backend="cuda")``);
     * batched n = 32 / 64, batch 10,000: forward + gradient against XLA's batched path.
 
+    Order: n = 4096, then the batched items, then n = 16384, then 32768 (a cut run keeps
+    the cheap, most informative figures). ``--sweep`` adds a sweep of block sizes at
+    n = 16384 (not on a first run).
+
     Each figure is the median of several runs after a warm-up (compile) run; inputs are
     regenerated (donated buffers) before each timed run. Results are appended to
     ``OUT/bench_raw.json`` after every measurement, so a timeout keeps what was measured.
     Failures are recorded with their error text, and the next item runs.
 
 ``report``
-    Merges the stage log of ``gpu_check.sh`` (``OUT/stages.tsv``), the pytest JUnit XML,
-    the benchmark figures and the environment (device, versions) into
-    ``OUT/gpu_results.json`` and a short table ``OUT/gpu_results.md``, and checks the
-    issue's performance targets.
+    Merges the stage log of ``gpu_check.sh`` (``OUT/stages.tsv``), the smoke verdicts
+    (``OUT/smoke.log``), the pytest JUnit XML of each test group (``OUT/pytest_<group>.xml``,
+    else its ``-v`` log ``OUT/tests_<group>.log``), the benchmark figures and the
+    environment (device, versions) into ``OUT/gpu_results.json`` and a short table
+    ``OUT/gpu_results.md``, and checks the issue's performance targets.
 
-``OUT`` is ``$OUT`` if set, else ``./gpu_out``. ``--smoke --fake-ffi`` runs the whole
-script on a CPU with tiny sizes, gpchol's kernels replaced by JAX ops (to test the script).
+``OUT`` is ``$OUT`` if set, else ``./gpu_out``. ``--fake-ffi`` (and ``--smoke`` for ``run``)
+runs the script on a CPU, gpchol's kernels replaced by JAX ops (to test the script).
 """
 
 from __future__ import annotations
@@ -47,6 +59,7 @@ from functools import partial
 from pathlib import Path
 
 SIZES = (4096, 16384, 32768)
+TEST_GROUPS = ("small", "large", "api")  # the gpu test processes of gpu_check.sh
 BATCHED = ((32, 10_000), (64, 10_000))
 DTYPES = ("float64", "float32")
 # Targets of the issue: (label, ratio key, comparison, target)
@@ -109,9 +122,9 @@ def make_ops(fake_ffi: bool):
     import jax.numpy as jnp
 
     if not fake_ffi:
-        from gpchol._cuda import ffi as _ffi
+        from gpchol._internal import cuda_ffi
 
-        return _ffi.potrf, _ffi.potrf_adjoint
+        return cuda_ffi.potrf, cuda_ffi.potrf_adjoint
 
     def potrf(a, *, tile_size=None):
         del tile_size
@@ -226,7 +239,9 @@ def time_call(fn, make_args, *, min_runs=3, max_runs=10, min_total_s=1.0):
 
 
 class Bench:
-    def __init__(self, rec: Recorder, fake_ffi: bool, deadline: float, reps: int):
+    def __init__(
+        self, rec: Recorder, fake_ffi: bool, deadline: float, reps: int, sweep: bool = False
+    ):
         import jax
         import jax.numpy as jnp
 
@@ -236,7 +251,7 @@ class Bench:
         self.reps = reps
         self.potrf, self.potrf_adjoint = make_ops(fake_ffi)
         self.fake_ffi = fake_ffi
-        self.sweep_n = 16384  # where block sizes are swept
+        self.sweep_n = 16384 if sweep else -1  # where block sizes are swept (--sweep)
 
     def time_left(self) -> float:
         return self.deadline - time.perf_counter()
@@ -412,28 +427,29 @@ def cmd_run(args) -> int:
         meta["backend"] = jax.default_backend()
         meta["devices"] = [str(d) for d in jax.devices()]
         if not args.fake_ffi:
-            from gpchol._cuda import ffi as _ffi
+            from gpchol._internal import cuda_ffi
 
-            reason = _ffi.cuda_unavailable_reason()
+            reason = cuda_ffi.cuda_unavailable_reason()
             meta["cuda_unavailable_reason"] = reason
-            meta["build_info"] = _ffi.build_info()
+            meta["build_info"] = cuda_ffi.build_info()
         rec.flush()
     except Exception as err:
         rec.error("setup", err)
         return 1
 
-    bench = Bench(rec, args.fake_ffi, start + args.budget_s, reps=args.reps)
+    bench = Bench(rec, args.fake_ffi, start + args.budget_s, reps=args.reps, sweep=args.sweep)
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(SIZES)
     batched = BATCHED
     if args.smoke:
         sizes, batched = [64, 96], ((8, 16), (16, 16))
-        bench.sweep_n = 96
-    # Cheapest first, so that a time-out loses the largest sizes only.
-    small_sizes = [s for s in sizes if s <= 16384]
-    big_sizes = [s for s in sizes if s > 16384]
-    plan = [("large", s, dt) for s in small_sizes for dt in DTYPES]
+        bench.sweep_n = 96 if args.sweep else -1
+    # Cheapest first (the batched items before n = 16384), so that a time-out loses the
+    # largest sizes only.
+    first = [s for s in sizes if s < 16384]
+    rest = [s for s in sizes if s >= 16384]
+    plan = [("large", s, dt) for s in first for dt in DTYPES]
     plan += [("batched", (n, b), dt) for n, b in batched for dt in DTYPES]
-    plan += [("large", s, dt) for s in big_sizes for dt in DTYPES]
+    plan += [("large", s, dt) for s in sorted(rest) for dt in DTYPES]
     for kind, size, dtype in plan:
         print(f"== {kind} {size} {dtype} ({bench.time_left():.0f} s left)", flush=True)
         try:
@@ -446,6 +462,146 @@ def cmd_run(args) -> int:
     rec.data["meta"]["seconds"] = time.perf_counter() - start
     rec.flush()
     return 0
+
+
+# ----------------------------------------------------------------------------------------
+# Smoke: each FFI target once
+# ----------------------------------------------------------------------------------------
+
+# target -> calls (n, batch, tile_size); the large targets include the paths that take
+# scratch memory from XLA (cuSOLVER's workspace, the tiled forward, the adjoint's block).
+SMOKE_CASES = {
+    "gpchol_potrf_small_f32": [(8, 3, None), (128, 2, None)],
+    "gpchol_potrf_small_f64": [(8, 3, None), (64, 2, None)],
+    "gpchol_potrf_f32": [(160, 2, None), (160, 2, 64)],
+    "gpchol_potrf_f64": [(100, 2, None), (100, 2, 32)],
+    "gpchol_potrf_adjoint_f32": [(160, 2, None), (160, 2, 64)],
+    "gpchol_potrf_adjoint_f64": [(100, 2, None), (100, 2, 32)],
+    "gpchol_potrf_adjoint_small_f32": [(8, 3, None), (128, 2, None)],
+    "gpchol_potrf_adjoint_small_f64": [(8, 3, None), (64, 2, None)],
+}
+
+
+def _murray_reference(L, Lbar):
+    """Float64 symmetric gradient through the Cholesky factor (Murray's symbolic rule)."""
+    import numpy as np
+    from scipy.linalg import solve_triangular
+
+    def phi(x):
+        y = np.tril(x)
+        y[np.diag_indices(x.shape[-1])] *= 0.5
+        return y
+
+    out = np.empty(L.shape)
+    for b in range(L.shape[0]):
+        Lb = L[b].astype(np.float64)
+        P = phi(Lb.T @ np.tril(Lbar[b].astype(np.float64)))
+        Z = solve_triangular(Lb, P + P.T, lower=True, trans="T")
+        Y = solve_triangular(Lb, Z.T, lower=True, trans="T").T
+        S = phi(Y)
+        out[b] = 0.5 * (S + S.T)
+    return out
+
+
+def smoke_one(target: str, fake_ffi: bool) -> tuple[bool, str]:
+    """Runs the calls of one target; returns (ok, detail)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    dtype = np.float32 if target.endswith("f32") else np.float64
+    tol = 2e-3 if dtype == np.float32 else 1e-9
+    method = "small" if "_small_" in target else "large"
+    if fake_ffi:
+        potrf, adjoint = make_ops(True)
+        fwd = lambda a, tile: potrf(a, tile_size=tile)  # noqa: E731
+        adj = lambda L, b, tile: adjoint(L, b, tile_size=tile)  # noqa: E731
+    else:
+        from gpchol._internal import cuda_ffi
+
+        fwd = lambda a, tile: cuda_ffi.potrf_impl(a, tile_size=tile, method=method)  # noqa: E731
+        adj = lambda L, b, tile: cuda_ffi.potrf_adjoint_impl(  # noqa: E731
+            L, b, tile_size=tile, method=method
+        )
+    rng = np.random.default_rng(0)
+    worst, parts = 0.0, []
+    for n, batch, tile in SMOKE_CASES[target]:
+        m = rng.standard_normal((batch, n, n))
+        a = m @ np.swapaxes(m, -1, -2) / n + np.eye(n)
+        ref = np.linalg.cholesky(a)
+        if "adjoint" in target:
+            L = ref.astype(dtype)
+            lbar = rng.standard_normal((batch, n, n)).astype(dtype)
+            g = np.asarray(adj(jnp.asarray(L), jnp.asarray(lbar), tile))
+            expected = _murray_reference(L, lbar)
+            err = float(np.linalg.norm(g - expected) / np.linalg.norm(expected))
+            if not np.isfinite(g).all():
+                return False, f"n={n} tile={tile}: non-finite gradient"
+        else:
+            L, status = fwd(jnp.asarray(a.astype(dtype)), tile)
+            L, status = np.asarray(L), np.asarray(status)
+            if (status != 0).any():
+                return False, f"n={n} tile={tile}: status {status.tolist()} (expected 0)"
+            err = float(np.linalg.norm(L - ref) / np.linalg.norm(ref))
+        worst = max(worst, err)
+        parts.append(f"n={n} b={batch} tile={tile or '-'}")
+        if not err < tol:
+            return False, f"n={n} tile={tile}: relative error {err:.2e} > {tol:g}"
+    return True, f"{', '.join(parts)}; max rel.err {worst:.1e}"
+
+
+def cmd_smoke(args) -> int:
+    import subprocess
+
+    import jax
+
+    start = time.perf_counter()
+    deadline = start + args.budget_s
+    jax.config.update("jax_enable_x64", True)
+    targets = args.only.split(",") if args.only else list(SMOKE_CASES)
+    unknown = [t for t in targets if t not in SMOKE_CASES]
+    if unknown:
+        print(f"unknown targets: {unknown}", file=sys.stderr)
+        return 2
+    print(f"device: {jax.devices()[0].device_kind} (backend {jax.default_backend()})", flush=True)
+    if not args.fake_ffi:
+        from gpchol._internal import cuda_ffi
+
+        reason = cuda_ffi.cuda_unavailable_reason()
+        if reason is not None:
+            for t in targets:
+                print(f"FAIL  {t:32s} unavailable: {reason}", flush=True)
+            return 1
+        info = cuda_ffi.build_info()
+        print("library: " + ", ".join(f"{k}={v}" for k, v in info.items()), flush=True)
+    failures = 0
+    for i, target in enumerate(targets):
+        t0 = time.perf_counter()
+        try:
+            ok, detail = smoke_one(target, args.fake_ffi)
+        except Exception as err:
+            ok, detail = False, " ".join(f"{type(err).__name__}: {err}".split())[:600]
+        verdict = "OK" if ok else "FAIL"
+        print(f"{verdict:5s} {target:32s} {detail} ({time.perf_counter() - t0:.2f} s)", flush=True)
+        if ok:
+            continue
+        failures += 1
+        rest = targets[i + 1 :]
+        if not rest:
+            break
+        # A CUDA fault is sticky in a process: the rest run in a fresh one.
+        left = deadline - time.perf_counter()
+        if left < 8:
+            for t in rest:
+                print(f"SKIP  {t:32s} no time left for a fresh process after a failure")
+            return 1
+        print(f"      (the remaining {len(rest)} targets run in a fresh process)", flush=True)
+        cmd = [sys.executable, __file__, "smoke", "--only", ",".join(rest)]
+        cmd += ["--budget-s", f"{left - 1:.0f}"] + (["--fake-ffi"] if args.fake_ffi else [])
+        proc = subprocess.run(cmd, timeout=left + 5)
+        return 1 if failures or proc.returncode else 0
+    print(f"smoke: {len(targets) - failures} of {len(targets)} targets OK in "
+          f"{time.perf_counter() - start:.1f} s", flush=True)  # fmt: skip
+    return 1 if failures else 0
 
 
 # ----------------------------------------------------------------------------------------
@@ -526,6 +682,38 @@ def _parse_pytest_log(path: Path) -> dict | None:
     }
 
 
+def _read_tests(out: Path) -> dict:
+    """Totals over the test groups, and each group's summary (JUnit XML, else its log)."""
+    groups = {}
+    for group in TEST_GROUPS:
+        summary = _read_junit(out / f"pytest_{group}.xml") or _parse_pytest_log(
+            out / f"tests_{group}.log"
+        )
+        if summary is not None:
+            groups[group] = summary
+    total = {"tests": 0, "passed": 0, "failures": 0, "errors": 0, "skipped": 0}
+    failed, reasons = [], {}
+    for summary in groups.values():
+        for key in total:
+            total[key] += int(summary.get(key, 0))
+        failed += summary.get("failed_tests", [])
+        for why, count in summary.get("skip_reasons", {}).items():
+            reasons[why] = reasons.get(why, 0) + count
+    return {**total, "failed_tests": failed, "skip_reasons": reasons, "groups": groups}
+
+
+def _read_smoke(path: Path) -> list[dict] | None:
+    """The verdict lines of ``bench_gpu.py smoke``."""
+    if not path.is_file():
+        return None
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        m = re.match(r"^(OK|FAIL|SKIP)\s+(gpchol_\S+)\s+(.*)$", line)
+        if m:
+            out.append({"verdict": m.group(1), "target": m.group(2), "detail": m.group(3)})
+    return out
+
+
 def _environment() -> dict:
     env = {
         "host": socket.gethostname(),
@@ -555,9 +743,9 @@ def _environment() -> dict:
     except Exception as err:
         env["jax_error"] = str(err)
     try:
-        from gpchol._cuda import ffi as _ffi
+        from gpchol._internal import cuda_ffi
 
-        env["gpchol_cuda"] = _ffi.build_info()
+        env["gpchol_cuda"] = cuda_ffi.build_info()
     except Exception as err:
         env["gpchol_cuda"] = {"error": str(err)}
     return env
@@ -608,6 +796,10 @@ def _markdown(report: dict) -> str:
     lines.append("|---|---|---|")
     for name, st in report.get("stages", {}).items():
         lines.append(f"| {name} | {st.get('rc')} | {_fmt(st.get('seconds'))} |")
+    smoke = report.get("smoke")
+    if smoke:
+        lines += ["", "Smoke (each FFI target once):"]
+        lines += [f"- {v['verdict']} {v['target']}: {v['detail'][:200]}" for v in smoke]
     tests = report.get("tests")
     if isinstance(tests, dict) and "tests" in tests:
         lines.append("")
@@ -615,6 +807,12 @@ def _markdown(report: dict) -> str:
             f"Tests marked gpu: {tests['passed']} passed, {tests['failures']} failed, "
             f"{tests['errors']} errors, {tests['skipped']} skipped."
         )
+        for group, g in tests.get("groups", {}).items():
+            source = " (from the -v log: the stage was cut)" if "source" in g else ""
+            lines.append(
+                f"- {group}: {g.get('passed', 0)} passed, {g.get('failures', 0)} failed, "
+                f"{g.get('errors', 0)} errors, {g.get('skipped', 0)} skipped{source}"
+            )
         for f in tests.get("failed_tests", [])[:20]:
             lines.append(f"- FAILED {f['test']}")
         for why, count in list(tests.get("skip_reasons", {}).items())[:3]:
@@ -659,7 +857,8 @@ def cmd_report(args) -> int:
         "command": args.command,
         "stages": _read_stages(out / "stages.tsv"),
         "environment": _environment(),
-        "tests": _read_junit(out / "pytest_gpu.xml") or _parse_pytest_log(out / "tests.log"),
+        "smoke": _read_smoke(out / "smoke.log"),
+        "tests": _read_tests(out),
         "results": [],
         "errors": [],
         "skipped": [],
@@ -667,9 +866,9 @@ def cmd_report(args) -> int:
     env_txt = out / "environment.txt"
     if env_txt.is_file():
         report["environment"]["shell"] = env_txt.read_text(errors="replace")[-2000:]
-    for name in ("build", "tests", "bench", "report"):
+    for name in report["stages"]:
         tail = _log_tail(out / f"{name}.log")
-        if tail is not None and name in report["stages"]:
+        if tail is not None:
             report["stages"][name]["log_tail"] = tail
     for name, st in report["stages"].items():
         if not st["ok"]:
@@ -697,6 +896,10 @@ def cmd_report(args) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
+    smoke = sub.add_parser("smoke", help="call each FFI target once; one verdict per target")
+    smoke.add_argument("--only", default=None, help="comma-separated targets (default: all)")
+    smoke.add_argument("--budget-s", type=float, default=20.0, help="time for retries")
+    smoke.add_argument("--fake-ffi", action="store_true", help="JAX ops instead of the kernels")
     run = sub.add_parser("run", help="run the benchmarks (writes OUT/bench_raw.json)")
     run.add_argument("--sizes", default=None, help="comma-separated n (default 4096,16384,32768)")
     run.add_argument("--budget-s", type=float, default=200.0, help="stop starting new items after")
@@ -704,9 +907,12 @@ def main(argv=None) -> int:
     run.add_argument("--no-x64", dest="x64", action="store_false", help="float32 only")
     run.add_argument("--smoke", action="store_true", help="tiny sizes (script test)")
     run.add_argument("--fake-ffi", action="store_true", help="JAX ops instead of the kernels")
+    run.add_argument("--sweep", action="store_true", help="sweep block sizes at n = 16384")
     rep = sub.add_parser("report", help="write OUT/gpu_results.json and OUT/gpu_results.md")
     rep.add_argument("--command", default="benchmarks/gpu_check.sh", help="command recorded")
     args = parser.parse_args(argv)
+    if args.cmd == "smoke":
+        return cmd_smoke(args)
     if args.cmd == "run":
         if not args.x64:
             global DTYPES

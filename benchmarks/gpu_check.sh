@@ -1,83 +1,137 @@
 #!/usr/bin/env bash
-# The prepared check for a lent GPU (H200): build the CUDA kernels, run the tests marked
-# `gpu`, benchmark, and write $OUT/gpu_results.json and $OUT/gpu_results.md.
+# The prepared check for a lent GPU (H200): build the CUDA kernels, call each FFI target
+# once, run the tests marked `gpu`, benchmark, and report into $OUT.
 #
-#   benchmarks/gpu_check.sh            (from the repository root; no network needed)
+#   bash benchmarks/gpu_check.sh          (from anywhere; no network needed)
+#   GPCHOL_BENCH_ARGS="--smoke --fake-ffi" bash benchmarks/gpu_check.sh   (dry run on a CPU)
 #
-# The machine's own python3 must have jax with CUDA, nvcc, and the nvidia-cublas /
-# nvidia-cusolver wheels; gpchol is used from the checkout (PYTHONPATH), not installed.
-# Each stage runs under `timeout`; a failed or timed-out stage is recorded and the next
-# one runs. Whole script: under 9 minutes (stage limits 90 + 210 + 170 + 30 s), so give
-# the device call a timeout_s of 600. The build takes ~36 s on 2 cores here; the ~110 GPU
-# tests each compile 2-4 small XLA programs (GPU compiles), hence the larger test stage.
+# The machine's own python3 must have jax with CUDA, nvcc, cmake (ninja if possible) and
+# the nvidia-cublas / nvidia-cusolver wheels; gpchol is used from the checkout (PYTHONPATH).
 #
-# The device tool returns at most 8 files from $OUT, so the last step packs the raw logs
-# into $OUT/gpu_logs.tar.gz and leaves 5 files: gpu_results.{md,json} (the report, with
-# log tails), tests.log (pytest -v, --durations), bench_raw.json and the archive.
+# Stages, each under `timeout` (a failed or cut stage is recorded and the next one runs):
+#
+#   build        75 s  python -m gpchol.build (CMake + nvcc; logs nvcc and wheel versions)
+#   smoke        25 s  each of the 8 FFI targets once on tiny inputs, one verdict per line;
+#                      builds nothing (a broken library shows here, within seconds)
+#   tests_small  75 s  pytest -m gpu -k gpu_small: the shared-memory kernels  } one process
+#   tests_large 100 s  pytest -m gpu -k gpu_large: cuSOLVER/cuBLAS path,      } each: a CUDA
+#                      scratch, handler errors, threads, > 2^31 elements      } fault cannot
+#   tests_api    65 s  pytest -m gpu -k gpu_api: gpchol's public API on GPU   } poison the rest
+#   bench       150 s  bench_gpu.py run --budget-s 120: n = 4096, batched, 16384, 32768
+#   report       20 s  gpu_results.{md,json}
+#
+# Sum of the limits: 510 s, so a device call with timeout_s=600 keeps a margin of 90 s.
+#
+# Raw logs go to a work directory; after EVERY stage the most useful files are refreshed
+# in $OUT and everything is packed into $OUT/gpu_logs.tar.gz, so that a run cut at any
+# point returns what it had. $OUT never holds more than 7 files (the device tool returns
+# at most 8): summary.txt (environment, stage table, smoke verdicts), build.log,
+# tests.log (the three pytest -v logs), bench_raw.json, gpu_results.md, gpu_results.json,
+# gpu_logs.tar.gz.
 set -u
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export OUT="${OUT:-$PWD/gpu_out}"
 mkdir -p "$OUT"
+rm -f "$OUT"/summary.txt "$OUT"/build.log "$OUT"/tests.log "$OUT"/bench_raw.json \
+    "$OUT"/gpu_results.md "$OUT"/gpu_results.json "$OUT"/gpu_logs.tar.gz
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpchol-gpu-check.XXXXXX")"
 PY="${PYTHON:-python3}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 # Leave room for cuBLAS/cuSOLVER workspaces outside XLA's pool.
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.85}"
+BENCH_ARGS="${GPCHOL_BENCH_ARGS:-}"
+SMOKE_ARGS=""
+case " $BENCH_ARGS " in *" --fake-ffi "*) SMOKE_ARGS="--fake-ffi" ;; esac
+: > "$WORK/stages.tsv"
+T0=$(date +%s.%N)
 
-: > "$OUT/stages.tsv"
-rm -f "$OUT/pytest_gpu.xml" "$OUT/bench_raw.json"
+# refresh: the key files into $OUT, the whole work directory into the archive.
+refresh() {
+    {
+        echo "# gpchol GPU check: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        cat "$WORK/environment.txt" 2>/dev/null
+        echo
+        echo "stage	rc	seconds	(rc 124/137: cut by its time limit)"
+        cat "$WORK/stages.tsv"
+        if [ -f "$WORK/smoke.log" ]; then
+            echo
+            echo "smoke:"
+            grep -E '^(OK|FAIL|SKIP|device|library|smoke)' "$WORK/smoke.log"
+        fi
+    } > "$OUT/summary.txt.tmp" && mv "$OUT/summary.txt.tmp" "$OUT/summary.txt"
+    [ -f "$WORK/build.log" ] && cp "$WORK/build.log" "$OUT/build.log"
+    local logs=()
+    for g in small large api; do
+        [ -f "$WORK/tests_$g.log" ] && logs+=("$WORK/tests_$g.log")
+    done
+    if [ "${#logs[@]}" -gt 0 ]; then
+        for f in "${logs[@]}"; do echo "===== $(basename "$f")"; cat "$f"; done \
+            > "$OUT/tests.log.tmp" && mv "$OUT/tests.log.tmp" "$OUT/tests.log"
+    fi
+    for f in bench_raw.json gpu_results.md gpu_results.json; do
+        [ -f "$WORK/$f" ] && cp "$WORK/$f" "$OUT/$f.tmp" && mv "$OUT/$f.tmp" "$OUT/$f"
+    done
+    tar czf "$OUT/gpu_logs.tar.gz.tmp" -C "$WORK" . 2>/dev/null \
+        && mv "$OUT/gpu_logs.tar.gz.tmp" "$OUT/gpu_logs.tar.gz"
+    return 0
+}
 
-# stage NAME LIMIT_S COMMAND...: runs COMMAND with a time limit, logs to $OUT/NAME.log and
-# appends "NAME<TAB>rc<TAB>seconds" to $OUT/stages.tsv.
+# stage NAME LIMIT_S COMMAND...: runs COMMAND with a time limit, logs to $WORK/NAME.log,
+# appends "NAME<TAB>rc<TAB>seconds" to $WORK/stages.tsv, then refreshes $OUT.
 stage() {
     local name="$1" limit="$2"
     shift 2
     echo "== $name (limit ${limit} s): $*"
-    local start end rc
+    local start end rc secs
     start=$(date +%s.%N)
-    timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+    timeout --kill-after=5 "$limit" "$@" > "$WORK/$name.log" 2>&1
     rc=$?
     end=$(date +%s.%N)
-    local secs
     secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
-    printf '%s\t%s\t%s\n' "$name" "$rc" "$secs" >> "$OUT/stages.tsv"
+    printf '%s\t%s\t%s\n' "$name" "$rc" "$secs" >> "$WORK/stages.tsv"
     echo "   rc=$rc after ${secs} s; last lines:"
-    tail -n 8 "$OUT/$name.log" | sed 's/^/   | /'
+    tail -n 8 "$WORK/$name.log" | sed 's/^/   | /'
+    refresh
 }
 
 {
     date -u +"%Y-%m-%dT%H:%M:%SZ"
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || true
-    command -v nvcc && nvcc --version 2>&1 | tail -n 2
-    "$PY" -c "import jax; print('jax', jax.__version__)" 2>&1
-} > "$OUT/environment.txt" 2>&1
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 \
+        || echo "nvidia-smi: not available"
+    (command -v nvcc && nvcc --version | tail -n 2) 2>&1 || echo "nvcc: not found"
+    "$PY" - <<'EOF' 2>&1
+import importlib.metadata as md
+import platform
+names = ["jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "nvidia-cublas",
+         "nvidia-cusolver", "cmake", "ninja", "numpyro", "numpy", "scipy"]
+versions = []
+for name in names:
+    try:
+        versions.append(f"{name} {md.version(name)}")
+    except md.PackageNotFoundError:
+        pass
+print("python", platform.python_version() + ";", ", ".join(versions))
+EOF
+} > "$WORK/environment.txt" 2>&1
+refresh
 
-stage build 90 "$PY" -m gpchol.build --verbose
-# Only tests/test_cuda.py holds tests marked gpu: collecting the whole suite would import
-# every test module (and stop the run at the first module whose imports fail there).
-stage tests 210 "$PY" -m pytest -m gpu tests/test_cuda.py -v -p no:cacheprovider \
-    --durations=25 --junitxml="$OUT/pytest_gpu.xml"
+stage build 75 "$PY" -m gpchol.build --verbose
+# shellcheck disable=SC2086
+stage smoke 25 "$PY" benchmarks/bench_gpu.py smoke --budget-s 20 $SMOKE_ARGS
+# Only tests/test_cuda.py holds tests marked gpu; each group in its own process.
+PYTEST=("$PY" -m pytest -m gpu tests/test_cuda.py -v -p no:cacheprovider --durations=10)
+stage tests_small 75 "${PYTEST[@]}" -k gpu_small --junitxml="$WORK/pytest_small.xml"
+stage tests_large 100 "${PYTEST[@]}" -k gpu_large --junitxml="$WORK/pytest_large.xml"
+stage tests_api 65 "${PYTEST[@]}" -k gpu_api --junitxml="$WORK/pytest_api.xml"
 # GPCHOL_BENCH_ARGS: extra arguments, e.g. "--smoke --fake-ffi" to try the script on a CPU.
 # shellcheck disable=SC2086
-stage bench 170 "$PY" benchmarks/bench_gpu.py run --budget-s 140 ${GPCHOL_BENCH_ARGS:-}
-stage report 30 "$PY" benchmarks/bench_gpu.py report --command "benchmarks/gpu_check.sh $*"
+stage bench 150 env OUT="$WORK" "$PY" benchmarks/bench_gpu.py run --budget-s 120 $BENCH_ARGS
+stage report 20 env OUT="$WORK" "$PY" benchmarks/bench_gpu.py report \
+    --command "benchmarks/gpu_check.sh${BENCH_ARGS:+ (GPCHOL_BENCH_ARGS=$BENCH_ARGS)}"
 
-cat "$OUT/gpu_results.md" 2>/dev/null \
-    || echo "no report was written (see report.log in $OUT/gpu_logs.tar.gz)"
-
-# At most 8 files come back from $OUT: pack everything but the key files into one archive.
-(
-    cd "$OUT" || exit 1
-    packed=()
-    for f in *; do
-        case "$f" in
-            gpu_results.md | gpu_results.json | tests.log | bench_raw.json | gpu_logs.tar.gz) ;;
-            *) packed+=("$f") ;;
-        esac
-    done
-    if [ "${#packed[@]}" -gt 0 ] && tar czf gpu_logs.tar.gz "${packed[@]}"; then
-        rm -rf -- "${packed[@]}"
-    fi
-    echo "files in $OUT: $(ls | tr '\n' ' ')"
-)
+cat "$OUT/gpu_results.md" 2>/dev/null || cat "$OUT/summary.txt"
+total=$(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
+echo "gpu_check: ${total} s in all; files in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+rm -rf "$WORK"

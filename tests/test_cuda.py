@@ -22,6 +22,7 @@ outputs are poisoned (NaN-filled strict upper triangles, donated buffers) on the
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import os
 import re
@@ -378,6 +379,26 @@ def test_lowering_for_cuda(monkeypatch, dtype):
     # Donating the input makes the whole call in place.
     _, text = _lower_for_cuda(cuda_ffi.potrf, jax.ShapeDtypeStruct((5, 10, 10), dtype), donate=0)
     assert "tf.aliasing_output = 0" in text
+
+
+def test_every_gpu_test_is_in_one_group_of_the_gpu_check():
+    """benchmarks/gpu_check.sh runs the gpu tests in three processes, selected by name."""
+    tree = ast.parse(Path(__file__).read_text())
+    functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    gpu_tests = {
+        node.name
+        for node in functions
+        if any(ast.unparse(d) == "pytest.mark.gpu" for d in node.decorator_list)
+    }
+    assert len(gpu_tests) >= 20
+    for node in functions:
+        if node.name.startswith("test_gpu"):
+            assert node.name in gpu_tests, f"{node.name} is not marked gpu"
+    for name in gpu_tests:
+        assert sum(name.startswith(g) for g in GPU_GROUPS) == 1, name
+    script = (REPO / "benchmarks" / "gpu_check.sh").read_text()
+    for group in GPU_GROUPS:
+        assert f"-k {group.removeprefix('test_').rstrip('_')}" in script, group
 
 
 # ----------------------------------------------------------------------------------------
