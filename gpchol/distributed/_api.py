@@ -190,11 +190,11 @@ def _sym_tangent(a: jax.Array, mesh: AnyMesh, spec: P) -> jax.Array:
     """
 
     @jax.custom_jvp
-    def ident(x):
+    def ident(x: jax.Array) -> jax.Array:
         return x
 
     @ident.defjvp
-    def _jvp(primals, tangents):
+    def _jvp(primals: tuple[jax.Array], tangents: tuple[jax.Array]) -> tuple[jax.Array, jax.Array]:
         (x,), (t,) = primals, tangents
         return x, 0.5 * (t + _constrain(t.T, mesh, spec))
 
@@ -267,7 +267,7 @@ def potrf_jit_ctx(
 def _potrf_jitted(mesh: AnyMesh, spec: P, T_A: int | None, donate: bool) -> Callable[..., Any]:
     out = NamedSharding(mesh, spec)
 
-    def f(a):
+    def f(a: jax.Array) -> tuple[jax.Array, jax.Array]:
         return _potrf_traced(a, T_A, mesh, spec)
 
     return jax.jit(

@@ -14,6 +14,7 @@ silently wrong).
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,29 +26,32 @@ from gpchol.distributed._local import Grid
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _chol_cyclic(grid: Grid, w):
+def _chol_cyclic(grid: Grid, w: jax.Array) -> tuple[jax.Array, jax.Array]:
     return _local.potrf_local(grid, w)
 
 
 @_chol_cyclic.defjvp
-def _chol_cyclic_jvp(grid, primals, tangents):
+def _chol_cyclic_jvp(
+    grid: Grid, primals: tuple[jax.Array], tangents: tuple[jax.Array]
+) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, Any]]:  # Any: a float0 array
     (w,), (w_dot,) = primals, tangents
     L, status = _chol_cyclic(grid, w)
 
-    def matvec(x):  # second-order derivatives are not supported on the sharded path
+    # second-order derivatives are not supported on the sharded path
+    def matvec(x: jax.Array) -> jax.Array:
         return x * jnp.asarray(jnp.nan, x.dtype)
 
-    def solve(_, b):
+    def solve(_: object, b: jax.Array) -> jax.Array:
         return _local.tangent_local(grid, L, b)
 
-    def transpose_solve(_, lbar):
+    def transpose_solve(_: object, lbar: jax.Array) -> jax.Array:
         return _local.adjoint_local(grid, L, lbar)
 
     L_dot = lax.custom_linear_solve(matvec, w_dot, solve, transpose_solve)
     return (L, status), (L_dot, np.zeros(status.shape, jax.dtypes.float0))
 
 
-def _status_to_unpadded(p: _layout.Padding, status):
+def _status_to_unpadded(p: _layout.Padding, status: jax.Array) -> jax.Array:
     """Padded 1-based pivot -> original 1-based pivot (padding never fails)."""
     if p.sp == p.seg:
         return status
@@ -56,7 +60,9 @@ def _status_to_unpadded(p: _layout.Padding, status):
     return jnp.where(status == 0, 0, orig).astype(jnp.int32)
 
 
-def potrf_block(grid: Grid, pad: _layout.Padding, a_block):
+def potrf_block(
+    grid: Grid, pad: _layout.Padding, a_block: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """Factor from the local contiguous block; returns ``(L_block, status)``."""
     pr, pc = _local.coords(grid)
     w = _layout.pad_block(grid, pad, a_block, pr, pc)
@@ -66,13 +72,13 @@ def potrf_block(grid: Grid, pad: _layout.Padding, a_block):
     return _layout.unpad_block(grid, pad, L), _status_to_unpadded(pad, status)
 
 
-def _cyclic_factor(grid, pad, L_block):
+def _cyclic_factor(grid: Grid, pad: _layout.Padding, L_block: jax.Array) -> jax.Array:
     pr, pc = _local.coords(grid)
     L = _layout.pad_block(grid, pad, L_block, pr, pc)
     return _layout.block_to_cyclic(grid, L)
 
 
-def _solve(grid: Grid, pad: _layout.Padding, L_block, b):
+def _solve(grid: Grid, pad: _layout.Padding, L_block: jax.Array, b: jax.Array) -> jax.Array:
     L = _cyclic_factor(grid, pad, L_block)
     D = [_local.diag_tile(grid, L, k) for k in range(grid.nt)]
     bp = _layout.pad_vector(pad, b)
@@ -82,7 +88,7 @@ def _solve(grid: Grid, pad: _layout.Padding, L_block, b):
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def potrs_block(grid: Grid, pad: _layout.Padding, L_block, b):
+def potrs_block(grid: Grid, pad: _layout.Padding, L_block: jax.Array, b: jax.Array) -> jax.Array:
     """Solve ``L L^T x = b`` from the local factor block; ``b`` replicated ``(n, r)``.
 
     ``L`` is read as lower triangular (its upper triangle is ignored, and gets no
@@ -92,7 +98,12 @@ def potrs_block(grid: Grid, pad: _layout.Padding, L_block, b):
 
 
 @potrs_block.defjvp
-def _potrs_block_jvp(grid, pad, primals, tangents):
+def _potrs_block_jvp(
+    grid: Grid,
+    pad: _layout.Padding,
+    primals: tuple[jax.Array, jax.Array],
+    tangents: tuple[jax.Array, jax.Array],
+) -> tuple[jax.Array, jax.Array]:
     # x = A^-1 b with A = L L^T:  dx = A^-1 (db - dA x),  dA x = dL (L^T x) + L (dL^T x).
     # The solve is a custom_linear_solve whose transpose is the same solve (A is
     # symmetric), so reverse mode runs the sharded solve once more, bbar = A^-1 xbar, and
@@ -107,17 +118,20 @@ def _potrs_block_jvp(grid, pad, primals, tangents):
         grid, pad, L, _block_matvec(grid, pad, dL, x, trans=True)
     )
 
-    def matvec(v):  # second-order derivatives are not supported on the sharded path
+    # second-order derivatives are not supported on the sharded path
+    def matvec(v: jax.Array) -> jax.Array:
         return v * jnp.asarray(jnp.nan, v.dtype)
 
-    def solve(_, r):
+    def solve(_: object, r: jax.Array) -> jax.Array:
         return _solve(grid, pad, L, r)
 
     dx = lax.custom_linear_solve(matvec, db - dAx, solve, symmetric=True)
     return x, dx
 
 
-def _block_matvec(grid: Grid, pad: _layout.Padding, M_block, v, trans=False):
+def _block_matvec(
+    grid: Grid, pad: _layout.Padding, M_block: jax.Array, v: jax.Array, trans: bool = False
+) -> jax.Array:
     """``tril(M) @ v`` (or ``tril(M)^T @ v``) from the local contiguous block, replicated.
 
     ``v``: replicated ``(n, r)``. Each device multiplies its block by its slice of ``v``;
@@ -135,14 +149,14 @@ def _block_matvec(grid: Grid, pad: _layout.Padding, M_block, v, trans=False):
     return _gather(y, grid.row_axis)
 
 
-def _gather(y, axis):
+def _gather(y: jax.Array, axis: str | None) -> jax.Array:
     if axis is None:
         return y
     _local.record("all_gather", y, (axis,))
     return lax.all_gather(y, axis, tiled=True)
 
 
-def logdet_block(grid: Grid, n_rows, n_cols, L_block):
+def logdet_block(grid: Grid, n_rows: int, n_cols: int, L_block: jax.Array) -> jax.Array:
     """``2 sum log diag L`` from the local contiguous block (no padding needed)."""
     pr, pc = _local.coords(grid)
     gr = pr * n_rows + jnp.arange(n_rows)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -36,11 +38,13 @@ class Padding:
     sp: int
 
     @property
-    def N(self):
+    def N(self) -> int:
         return self.Lc * self.sp
 
 
-def make_grid(n, T, Pr, Pc, row_axis, col_axis):
+def make_grid(
+    n: int, T: int, Pr: int, Pc: int, row_axis: str | None, col_axis: str | None
+) -> tuple[Grid, Padding]:
     """``(Grid, Padding)`` for an ``n x n`` matrix (``n`` divisible by lcm(Pr, Pc))."""
     Lc = math.lcm(Pr, Pc)
     seg = n // Lc
@@ -50,7 +54,7 @@ def make_grid(n, T, Pr, Pc, row_axis, col_axis):
     return grid, pad
 
 
-def _pad_axis(x, axis, nseg, seg, sp):
+def _pad_axis(x: jax.Array, axis: int, nseg: int, seg: int, sp: int) -> jax.Array:
     if sp == seg:
         return x
     shape = x.shape
@@ -61,7 +65,7 @@ def _pad_axis(x, axis, nseg, seg, sp):
     return x.reshape(shape[:axis] + (nseg * sp,) + shape[axis + 1 :])
 
 
-def _unpad_axis(x, axis, nseg, seg, sp):
+def _unpad_axis(x: jax.Array, axis: int, nseg: int, seg: int, sp: int) -> jax.Array:
     if sp == seg:
         return x
     shape = x.shape
@@ -70,13 +74,20 @@ def _unpad_axis(x, axis, nseg, seg, sp):
     return x.reshape(shape[:axis] + (nseg * seg,) + shape[axis + 1 :])
 
 
-def _padded_real(p: Padding, nseg, start_seg):
+def _padded_real(p: Padding, nseg: int, start_seg: jax.Array | int) -> tuple[jax.Array, jax.Array]:
     """Global padded indices and 'is a real index' flags of a local padded range."""
     loc = jnp.arange(nseg * p.sp)
     return start_seg * p.sp + loc, (loc % p.sp) < p.seg
 
 
-def pad_block(g: Grid, p: Padding, x, pr, pc, diag_value=1.0):
+def pad_block(
+    g: Grid,
+    p: Padding,
+    x: jax.Array,
+    pr: jax.Array | int,
+    pc: jax.Array | int,
+    diag_value: float = 1.0,
+) -> jax.Array:
     """Pad the local ``(n/Pr, n/Pc)`` block; the padded diagonal gets ``diag_value``."""
     if p.sp == p.seg:
         return x
@@ -88,17 +99,17 @@ def pad_block(g: Grid, p: Padding, x, pr, pc, diag_value=1.0):
     return jnp.where(on, jnp.asarray(diag_value, x.dtype), x)
 
 
-def unpad_block(g: Grid, p: Padding, x):
+def unpad_block(g: Grid, p: Padding, x: jax.Array) -> jax.Array:
     rs, cs = p.Lc // g.Pr, p.Lc // g.Pc
     return _unpad_axis(_unpad_axis(x, 0, rs, p.seg, p.sp), 1, cs, p.seg, p.sp)
 
 
-def pad_vector(p: Padding, b):
+def pad_vector(p: Padding, b: jax.Array) -> jax.Array:
     """Pad a replicated ``(n, r)`` right-hand side to ``(N, r)`` (zeros)."""
     return _pad_axis(b, 0, p.Lc, p.seg, p.sp)
 
 
-def unpad_vector(p: Padding, x):
+def unpad_vector(p: Padding, x: jax.Array) -> jax.Array:
     return _unpad_axis(x, 0, p.Lc, p.seg, p.sp)
 
 
@@ -107,9 +118,11 @@ def unpad_vector(p: Padding, x):
 # ----------------------------------------------------------------------------------------
 
 
-def _tables(P, m, dest):
+def _tables(
+    P: int, m: int, dest: Callable[[int, int], tuple[int, int]]
+) -> tuple[np.ndarray, np.ndarray]:
     """Static send/gather tables for a permutation ``(p, i) -> (q, j)`` of units."""
-    groups = [[[] for _ in range(P)] for _ in range(P)]
+    groups: list[list[list[tuple[int, int]]]] = [[[] for _ in range(P)] for _ in range(P)]
     for p in range(P):
         for i in range(m):
             q, j = dest(p, i)
@@ -125,7 +138,9 @@ def _tables(P, m, dest):
     return send, gather
 
 
-def _permute_units(x, axis_name, P, dest):
+def _permute_units(
+    x: jax.Array, axis_name: str, P: int, dest: Callable[[int, int], tuple[int, int]]
+) -> jax.Array:
     """Permute the leading-axis units of ``x`` among the ``P`` devices of ``axis_name``."""
     m = x.shape[0]
     send, gather = _tables(P, m, dest)
@@ -142,15 +157,17 @@ def _permute_units(x, axis_name, P, dest):
     return jnp.take(buf, jnp.asarray(gather)[me], axis=0)
 
 
-def _block_to_cyclic_dest(P, m):
+def _block_to_cyclic_dest(P: int, m: int) -> Callable[[int, int], tuple[int, int]]:
     return lambda p, i: ((p * m + i) % P, (p * m + i) // P)
 
 
-def _cyclic_to_block_dest(P, m):
+def _cyclic_to_block_dest(P: int, m: int) -> Callable[[int, int], tuple[int, int]]:
     return lambda p, i: ((i * P + p) // m, (i * P + p) % m)
 
 
-def _rows(x, g: Grid, dest_fn):
+def _rows(
+    x: jax.Array, g: Grid, dest_fn: Callable[[int, int], Callable[[int, int], tuple[int, int]]]
+) -> jax.Array:
     if g.Pr == 1 or g.row_axis is None:
         return x
     T, mr = g.T, g.mr
@@ -158,7 +175,9 @@ def _rows(x, g: Grid, dest_fn):
     return _permute_units(u, g.row_axis, g.Pr, dest_fn(g.Pr, mr)).reshape(x.shape)
 
 
-def _cols(x, g: Grid, dest_fn):
+def _cols(
+    x: jax.Array, g: Grid, dest_fn: Callable[[int, int], Callable[[int, int], tuple[int, int]]]
+) -> jax.Array:
     if g.Pc == 1 or g.col_axis is None:
         return x
     T, mc = g.T, g.mc
@@ -167,11 +186,11 @@ def _cols(x, g: Grid, dest_fn):
     return u.transpose(1, 0, 2).reshape(x.shape)
 
 
-def block_to_cyclic(g: Grid, x):
+def block_to_cyclic(g: Grid, x: jax.Array) -> jax.Array:
     """Local contiguous (padded) block -> local block-cyclic block."""
     return _cols(_rows(x, g, _block_to_cyclic_dest), g, _block_to_cyclic_dest)
 
 
-def cyclic_to_block(g: Grid, x):
+def cyclic_to_block(g: Grid, x: jax.Array) -> jax.Array:
     """Local block-cyclic block -> local contiguous (padded) block."""
     return _cols(_rows(x, g, _cyclic_to_block_dest), g, _cyclic_to_block_dest)
