@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -48,15 +50,15 @@ class Grid:
     col_axis: str | None
 
     @property
-    def mr(self):
+    def mr(self) -> int:
         return self.nt // self.Pr
 
     @property
-    def mc(self):
+    def mc(self) -> int:
         return self.nt // self.Pc
 
     @property
-    def axes(self):
+    def axes(self) -> tuple[str, ...]:
         return tuple(a for a in (self.row_axis, self.col_axis) if a is not None)
 
 
@@ -70,12 +72,12 @@ class Grid:
 COLLECTIVE_LOG = None
 
 
-def record(kind, x, axes):
+def record(kind: str, x: Any, axes: tuple[str, ...]) -> None:
     if COLLECTIVE_LOG is not None:
         COLLECTIVE_LOG.append((kind, tuple(x.shape), np.dtype(x.dtype), tuple(axes)))
 
 
-def psum(x, axes):
+def psum(x: Any, axes: str | tuple[str | None, ...] | None) -> Any:
     axes = tuple(a for a in (axes if isinstance(axes, tuple) else (axes,)) if a is not None)
     if not axes:
         return x
@@ -83,62 +85,62 @@ def psum(x, axes):
     return lax.psum(x, axes)
 
 
-def coords(g: Grid):
+def coords(g: Grid) -> tuple[jax.Array, jax.Array]:
     """``(pr, pc)``: this device's position on the process grid (traced ints)."""
     pr = lax.axis_index(g.row_axis) if g.row_axis else jnp.int32(0)
     pc = lax.axis_index(g.col_axis) if g.col_axis else jnp.int32(0)
     return pr, pc
 
 
-def _start(k, P):
+def _start(k: int, P: int) -> int:
     """Smallest local index (over the ``P`` process rows) of a tile with global index > k."""
     return min(max(0, -(-(k + 1 - p) // P)) for p in range(P))
 
 
-def _end(k, P):
+def _end(k: int, P: int) -> int:
     """Largest count (over processes) of local tiles with global index < k."""
     return -(-k // P)
 
 
-def _expand(mask, T):
+def _expand(mask: jax.Array, T: int) -> jax.Array:
     """Per-tile boolean mask ``(m,)`` -> per-row ``(m*T, 1)``."""
     return jnp.repeat(mask, T)[:, None]
 
 
-def _tile(x, i, j, T):
+def _tile(x: jax.Array, i: int, j: int, T: int) -> jax.Array:
     return x[i * T : (i + 1) * T, j * T : (j + 1) * T]
 
 
-def _lowsym(t):
+def _lowsym(t: jax.Array) -> jax.Array:
     """Symmetric tile from its lower triangle."""
     low = jnp.tril(t)
     return low + mT(jnp.tril(t, -1))
 
 
-def _chol_tile(t):
+def _chol_tile(t: jax.Array) -> jax.Array:
     """Lower Cholesky factor of a symmetric tile (posed on the transpose; see _cholesky)."""
     return lax.linalg.cholesky(mT(t), symmetrize_input=False)
 
 
-def global_rows(g: Grid, pr):
+def global_rows(g: Grid, pr: jax.Array | int) -> jax.Array:
     """Global (padded) row index of every local row, ``(mr*T,)``."""
     tiles = jnp.arange(g.mr) * g.Pr + pr
     return (tiles[:, None] * g.T + jnp.arange(g.T)).reshape(-1)
 
 
-def global_cols(g: Grid, pc):
+def global_cols(g: Grid, pc: jax.Array | int) -> jax.Array:
     tiles = jnp.arange(g.mc) * g.Pc + pc
     return (tiles[:, None] * g.T + jnp.arange(g.T)).reshape(-1)
 
 
-def lower_mask(g: Grid, x):
+def lower_mask(g: Grid, x: jax.Array) -> jax.Array:
     """``x`` with every entry above the global diagonal set to 0."""
     pr, pc = coords(g)
     gr, gc = global_rows(g, pr), global_cols(g, pc)
     return jnp.where(gr[:, None] >= gc[None, :], x, jnp.zeros((), x.dtype))
 
 
-def diag_tile(g: Grid, x, k):
+def diag_tile(g: Grid, x: jax.Array, k: int) -> jax.Array:
     """Global diagonal tile ``k`` of the local block ``x``, broadcast to every device."""
     pr, pc = coords(g)
     own = (pr == k % g.Pr) & (pc == k % g.Pc)
@@ -146,7 +148,7 @@ def diag_tile(g: Grid, x, k):
     return psum(jnp.where(own, t, jnp.zeros((), x.dtype)), g.axes)
 
 
-def _row_panel(g: Grid, x, k, sr):
+def _row_panel(g: Grid, x: jax.Array, k: int, sr: int) -> jax.Array:
     """Column ``k`` of ``x`` at the local rows from ``sr``, broadcast along process rows.
 
     Rows whose global index is ``<= k`` are zero. Shape ``((mr - sr) * T, T)``.
@@ -160,7 +162,9 @@ def _row_panel(g: Grid, x, k, sr):
     return psum(jnp.where(keep, raw, jnp.zeros((), x.dtype)), g.col_axis)
 
 
-def _row_panels(g: Grid, xs, k, sr, dep=None):
+def _row_panels(
+    g: Grid, xs: list[jax.Array], k: int, sr: int, dep: jax.Array | None = None
+) -> jax.Array:
     """:func:`_row_panel` of several blocks at once (one collective): ``(len(xs), rows, T)``.
 
     The slices are read after ``dep`` (see :func:`_after`).
@@ -173,7 +177,7 @@ def _row_panels(g: Grid, xs, k, sr, dep=None):
     return psum(jnp.where(keep, raw, jnp.zeros((), raw.dtype)), g.col_axis)
 
 
-def _after(x, dep):
+def _after(x: jax.Array, dep: jax.Array | None) -> jax.Array:
     """``x``, computed only once ``dep`` is: a data dependency for XLA's scheduler.
 
     The values are ``x``'s (``NaN`` where ``dep``'s first entry is not finite, which
@@ -191,7 +195,7 @@ def _after(x, dep):
     return x + z
 
 
-def _col_table(g: Grid, k, sr, sc):
+def _col_table(g: Grid, k: int, sr: int, sc: int) -> np.ndarray:
     """Static table: which row-panel tile gives each local column tile (or the zero tile)."""
     nr = g.mr - sr
     tab = np.full((g.Pr, g.Pc, g.mc - sc), nr, np.int32)
@@ -204,7 +208,7 @@ def _col_table(g: Grid, k, sr, sc):
     return tab
 
 
-def _transpose_panel(g: Grid, panel_r, k, sr, sc):
+def _transpose_panel(g: Grid, panel_r: jax.Array, k: int, sr: int, sc: int) -> jax.Array:
     """From a row panel (rows ``I = li*Pr + pr``) to the column panel (``J = lj*Pc + pc``).
 
     Device ``(pr, pc)`` contributes the tiles ``J`` with ``J % Pr == pr`` it holds; a
@@ -223,7 +227,7 @@ def _transpose_panel(g: Grid, panel_r, k, sr, sc):
     return psum(out, g.row_axis)
 
 
-def _write_col(g: Grid, x, new, k, sr):
+def _write_col(g: Grid, x: jax.Array, new: jax.Array, k: int, sr: int) -> jax.Array:
     """Write the panel ``new`` into column ``k`` of ``x`` on its owner (rows > k only)."""
     pr, pc = coords(g)
     lj = k // g.Pc
@@ -233,7 +237,7 @@ def _write_col(g: Grid, x, new, k, sr):
     return put(x, jnp.where(keep, new, old), sr * g.T, lj * g.T)
 
 
-def _write_diag(g: Grid, x, new, k):
+def _write_diag(g: Grid, x: jax.Array, new: jax.Array, k: int) -> jax.Array:
     pr, pc = coords(g)
     own = (pr == k % g.Pr) & (pc == k % g.Pc)
     li, lj = k // g.Pr, k // g.Pc
@@ -245,7 +249,7 @@ def _write_diag(g: Grid, x, new, k):
 _CHUNKS = 4
 
 
-def _sub_lower(g: Grid, x, a, b, sr, sc):
+def _sub_lower(g: Grid, x: jax.Array, a: jax.Array, b: jax.Array, sr: int, sc: int) -> jax.Array:
     """``x[sr*T:, sc*T:] -= a @ b^T`` on the tiles that may lie on or below the diagonal.
 
     Only the lower triangle of the trailing matrix is ever read again, so the update is
@@ -276,7 +280,7 @@ def _sub_lower(g: Grid, x, a, b, sr, sc):
 # ----------------------------------------------------------------------------------------
 
 
-def potrf_local(g: Grid, w):
+def potrf_local(g: Grid, w: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Right-looking tiled Cholesky of the local cyclic block ``w`` (lower triangle read).
 
     Returns ``(L_local, status)``: ``L`` lower (upper tiles zeroed), NaN on failure;
@@ -305,11 +309,11 @@ def potrf_local(g: Grid, w):
     return jnp.where(status == 0, L, jnp.nan), status
 
 
-def _status(tiles, ok, T):
+def _status(tiles: jax.Array, ok: jax.Array, T: int) -> jax.Array:
     failed = ~jnp.all(ok)
     first = jnp.argmin(ok)
 
-    def locate(args):
+    def locate(args: tuple[jax.Array, jax.Array]) -> jax.Array:
         tiles, first = args
         bad = first_bad_pivot_unblocked(tiles[first])
         return (first * T + jnp.maximum(bad, 1)).astype(jnp.int32)
@@ -322,7 +326,7 @@ def _status(tiles, ok, T):
 # ----------------------------------------------------------------------------------------
 
 
-def tangent_local(g: Grid, L, dA):
+def tangent_local(g: Grid, L: jax.Array, dA: jax.Array) -> jax.Array:
     """``dL`` for a tangent ``dA`` (lower triangle read), mirroring the forward steps.
 
     Step ``k`` with ``S`` the Schur complement: ``dL_kk = L_kk Phi(L_kk^-1 dS_kk L_kk^-T)``,
@@ -362,7 +366,7 @@ def tangent_local(g: Grid, L, dA):
 # ----------------------------------------------------------------------------------------
 
 
-def adjoint_local(g: Grid, L, Lbar):
+def adjoint_local(g: Grid, L: jax.Array, Lbar: jax.Array) -> jax.Array:
     """Murray's blocked adjoint ``Abar`` (lower, his convention) of the local block.
 
     For block column ``k`` (``R = L[k, :k]``, ``D = L_kk``, ``B = L[k+1:, :k]``,
@@ -435,11 +439,13 @@ def adjoint_local(g: Grid, L, Lbar):
 # ----------------------------------------------------------------------------------------
 
 
-def _diag_tiles(g: Grid, L):
+def _diag_tiles(g: Grid, L: jax.Array) -> list[jax.Array]:
     return [diag_tile(g, L, k) for k in range(g.nt)]
 
 
-def trsv_lower_local(g: Grid, L, b, D=None):
+def trsv_lower_local(
+    g: Grid, L: jax.Array, b: jax.Array, D: list[jax.Array] | None = None
+) -> jax.Array:
     """Solve ``L x = b``; ``b`` replicated ``(nt*T, r)``, returns replicated ``x``."""
     T, nt = g.T, g.nt
     pr, pc = coords(g)
@@ -458,7 +464,9 @@ def trsv_lower_local(g: Grid, L, b, D=None):
     return xs.reshape(nt * T, -1)
 
 
-def trsv_upper_local(g: Grid, L, z, D=None):
+def trsv_upper_local(
+    g: Grid, L: jax.Array, z: jax.Array, D: list[jax.Array] | None = None
+) -> jax.Array:
     """Solve ``L^T x = z``; ``z`` replicated ``(nt*T, r)``, returns replicated ``x``."""
     T, nt = g.T, g.nt
     pr, pc = coords(g)
@@ -477,7 +485,7 @@ def trsv_upper_local(g: Grid, L, z, D=None):
     return xs.reshape(nt * T, -1)
 
 
-def logdet_local(g: Grid, L):
+def logdet_local(g: Grid, L: jax.Array) -> jax.Array:
     """``2 sum log diag(L)`` (replicated); padded diagonal entries are 1."""
     pr, pc = coords(g)
     gr, gc = global_rows(g, pr), global_cols(g, pc)
