@@ -315,12 +315,13 @@ def configure_command(
     return cmd
 
 
-def _first_line_with(text: str, word: str) -> str:
+def _version_in(text: str, word: str) -> str:
+    """The last version number (``13.0.88``) on the first line containing ``word``."""
     for line in text.splitlines():
         if word in line:
-            return line.strip()
-    lines = text.strip().splitlines()
-    return lines[-1].strip() if lines else ""
+            found = re.findall(r"\d+(?:\.\d+)+", line)
+            return found[-1] if found else line.strip()
+    return text.strip().splitlines()[-1] if text.strip() else "unknown"
 
 
 def tool_versions(nvcc: str | None, cmake: str | None, ninja: str | None) -> dict[str, str]:
@@ -347,7 +348,7 @@ def tool_versions(nvcc: str | None, cmake: str | None, ninja: str | None) -> dic
             continue
         try:
             proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
-            out[name] = _first_line_with(proc.stdout + proc.stderr, word)
+            out[name] = _version_in(proc.stdout + proc.stderr, word)
         except (OSError, subprocess.SubprocessError) as err:
             out[name] = f"unavailable ({err})"
     for dist in ("jax", "jaxlib", *WHEELS):

@@ -104,11 +104,15 @@ struct XlaScratchCtx {};
 
 }  // namespace gpchol::cuda
 
+// (Both signatures of Decode: the FFI headers of older XLA versions pass no diagnostic.)
 template <>
 struct xla::ffi::CtxDecoding<gpchol::cuda::XlaScratchCtx> {
   using Type = gpchol::cuda::XlaScratch;
   static std::optional<Type> Decode(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ctx,
                                     DiagnosticEngine&) {
+    return Type(api, ctx);
+  }
+  static std::optional<Type> Decode(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ctx) {
     return Type(api, ctx);
   }
 };
