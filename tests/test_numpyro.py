@@ -1,6 +1,5 @@
 """gpchol.numpyro against numpyro.distributions.MultivariateNormal (float64)."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
