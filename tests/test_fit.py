@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pathlib
@@ -110,8 +111,8 @@ def test_checkpoint_resume_equals_uninterrupted(
             **kw,
         )
     meta = json.loads((tmp_path / "ck.json").read_text())
-    assert meta["step"] == 8 and meta["optimizer"] == optimizer
-    with np.load(tmp_path / "ck.npz", allow_pickle=False) as z:
+    assert meta["state"]["step"] == 8 and meta["optimizer"] == optimizer
+    with np.load(tmp_path / meta["arrays"], allow_pickle=False) as z:
         assert z["history"].shape == (8,) and "rng_key" in z.files and "s_0" in z.files
     res = fit(build, {"s": 1.0}, y, checkpoint=ck, checkpoint_every=4, resume=True, **kw)
     assert res.n_steps == ref.n_steps
@@ -151,34 +152,45 @@ def test_restarts_resume_and_best(scale_problem: ScaleProblem, tmp_path: pathlib
 
 
 def test_checkpoint_format_is_pinned(scale_problem: ScaleProblem, tmp_path: pathlib.Path) -> None:
-    # the on-disk format that existing checkpoints were written in: keys, order, arrays
+    # the on-disk format (version 2): a manifest naming a content-addressed arrays file
     build, y, _ = scale_problem
     kw = dict(transforms={"s": Positive()}, steps=4, restarts=1, tol=0.0, progress=False)
     fit(build, {"s": 1.0}, y, checkpoint=tmp_path / "f", checkpoint_every=2, **kw)
     meta = json.loads((tmp_path / "f.json").read_text())
     assert list(meta) == [
-        "restart", "step", "stall", "done", "stopped", "message", "restart_losses",
-        "version", "optimizer", "npz_sha256", "n_param_leaves", "n_state_leaves",
-        "has_last_good", "best", "steps", "restarts",
+        "format", "version", "arrays", "arrays_sha256", "optimizer", "fingerprint", "state",
     ]  # fmt: skip
-    assert list(meta["best"]) == ["loss", "n_steps", "converged", "success", "message", "restart"]
-    assert meta["version"] == 1 and meta["restart"] == 2 and meta["has_last_good"]
-    n_s = meta["n_state_leaves"]
-    with np.load(tmp_path / "f.npz", allow_pickle=False) as z:
+    assert meta["format"] == "gpchol fit checkpoint" and meta["version"] == 2
+    assert list(meta["fingerprint"]) == [
+        "parameters", "initial values", "transforms", "optimizer", "stopping", "restarts",
+        "y", "model",
+    ]  # fmt: skip
+    st = meta["state"]
+    assert list(st) == [
+        "restart", "step", "stall", "done", "stopped", "message", "restart_losses",
+        "n_param_leaves", "n_state_leaves", "has_last_good", "best",
+    ]  # fmt: skip
+    assert list(st["best"]) == ["loss", "n_steps", "converged", "success", "message", "restart"]
+    assert st["restart"] == 2 and st["has_last_good"]
+    digest = hashlib.sha256((tmp_path / meta["arrays"]).read_bytes()).hexdigest()
+    assert meta["arrays"] == f"f.{digest[:16]}.npz" and meta["arrays_sha256"] == digest
+    assert sorted(os.listdir(tmp_path)) == sorted(["f.json", meta["arrays"]])
+    n_s = st["n_state_leaves"]
+    with np.load(tmp_path / meta["arrays"], allow_pickle=False) as z:
         assert z.files == [
             "history", "rng_key", "u_0", *(f"s_{i}" for i in range(n_s)), "g_0", "b_0",
             "best_history",
         ]  # fmt: skip
-        assert z["best_history"].shape == (meta["best"]["n_steps"],)
+        assert z["best_history"].shape == (st["best"]["n_steps"],)
 
 
 def test_resume_false_and_mismatch(scale_problem: ScaleProblem, tmp_path: pathlib.Path) -> None:
     build, y, _ = scale_problem
     kw = dict(transforms={"s": Positive()}, steps=3, checkpoint=tmp_path / "m", progress=False)
     fit(build, {"s": 1.0}, y, **kw)
-    with pytest.raises(ValueError, match="different fit"):
+    with pytest.raises(ValueError, match=r"different fit.*optimizer: checkpoint lbfgs"):
         fit(build, {"s": 1.0}, y, optimizer="adam", **kw)
-    with pytest.raises(ValueError, match="does not match"):
+    with pytest.raises(ValueError, match=r"different fit.*parameters: "):
         fit(lambda p: build({"s": p["s"][0]}), {"s": jnp.ones(2)}, y, **kw)
     res = fit(build, {"s": 1.0}, y, optimizer="adam", resume=False, **kw)
     assert res.n_steps == 3
@@ -198,7 +210,9 @@ def test_atomic_checkpoint_write(
         tol=0.0,
     )
     fit(build, {"s": 1.0}, y, **kw)
-    before = {p: (tmp_path / p).read_bytes() for p in ("a.json", "a.npz")}
+    files = sorted(os.listdir(tmp_path))
+    assert len(files) == 2 and files[1] == "a.json" and files[0].startswith("a.")
+    before = {p: (tmp_path / p).read_bytes() for p in files}
 
     from gpchol._internal import io as io_mod
 
@@ -209,9 +223,9 @@ def test_atomic_checkpoint_write(
     with pytest.raises(OSError, match="disk full"):
         fit(build, {"s": 2.0}, y, resume=False, **kw)
     monkeypatch.undo()
-    after = {p: (tmp_path / p).read_bytes() for p in ("a.json", "a.npz")}
+    assert sorted(os.listdir(tmp_path)) == files  # no temporary files left
+    after = {p: (tmp_path / p).read_bytes() for p in files}
     assert after == before  # old checkpoint intact
-    assert sorted(os.listdir(tmp_path)) == ["a.json", "a.npz"]  # no temporary files left
 
 
 def test_nonfinite_step_keeps_last_good_params() -> None:

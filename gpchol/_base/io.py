@@ -2,7 +2,10 @@
 
 Every writer goes through a temporary file in the target's directory followed by
 ``os.replace``, so a reader sees either the old file or the complete new one, never a
-partial write (a crash or Ctrl-C in the middle leaves the old file in place).
+partial write (a crash or Ctrl-C in the middle leaves the old file in place). The data
+and then the directory entry are flushed to disk (``fsync``), so a committed file also
+survives a power cut; the temporary file is removed on every exit path Python sees (an
+exception, ``KeyboardInterrupt``, ``SystemExit``).
 
 Example:
     >>> import os, tempfile, numpy as np
@@ -25,7 +28,9 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "TMP_PREFIX",
     "file_sha256",
+    "fsync_dir",
     "load_json",
     "load_npz",
     "npz_bytes",
@@ -34,6 +39,33 @@ __all__ = [
     "sha256_bytes",
     "write_bytes_atomic",
 ]
+
+
+TMP_PREFIX = ".tmp-"
+"""How the temporary files of :func:`write_bytes_atomic` are named: ``.tmp-XXXXXXXX<name>``."""
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """Flushes a directory's entries to disk (no-op where directories cannot be opened).
+
+    Args:
+        directory: the directory whose entries (a rename, a new or removed file) to flush.
+
+    Example:
+        >>> import tempfile
+        >>> from gpchol._base.io import fsync_dir
+        >>> fsync_dir(tempfile.mkdtemp())
+    """
+    try:
+        fd = os.open(os.fspath(directory), os.O_RDONLY)
+    except OSError:  # e.g. Windows, where a directory cannot be opened
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
@@ -56,14 +88,19 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=os.path.basename(path), dir=directory)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        tmp = None
+        fsync_dir(directory)
     except BaseException:
+        if tmp is None:
+            raise
         try:
             os.unlink(tmp)
         except OSError:

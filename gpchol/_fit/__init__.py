@@ -3,9 +3,13 @@
 Modules: :mod:`~gpchol._fit.driver` (:func:`fit`, a short driver over the steps of a fit),
 :mod:`~gpchol._fit.state` (the state between steps), :mod:`~gpchol._fit.objective` (loss,
 optimiser, jitted step, default transforms), :mod:`~gpchol._fit.checkpoint` (the state on
-disk) and :mod:`~gpchol._fit.progress` (the progress line).
+disk, committed atomically), :mod:`~gpchol._fit.fingerprint` (what a checkpoint must match
+to be resumed), :mod:`~gpchol._fit.signals` (SIGINT/SIGTERM between two steps) and
+:mod:`~gpchol._fit.progress` (the progress line).
 """
 
+from gpchol._fit.checkpoint import CheckpointError
 from gpchol._fit.driver import FitResult, fit
+from gpchol._fit.signals import FitInterrupted, FitTerminated
 
-__all__ = ["FitResult", "fit"]
+__all__ = ["CheckpointError", "FitInterrupted", "FitResult", "FitTerminated", "fit"]

@@ -1,15 +1,27 @@
-"""Checkpoints of a fit: its state as ``<path>.json`` (metadata) + ``<path>.npz`` (arrays).
+"""Checkpoints of a fit: a manifest ``<base>.json`` naming a content-addressed ``.npz``.
 
-A :class:`~gpchol._fit.state.FitState` on disk, in the format every version so far wrote.
+A :class:`~gpchol._fit.state.FitState` on disk, committed in one atomic step:
 
-The JSON file holds the metadata (counters, how the start is stopping, the best start so
-far, the optimiser's name, the format version and the SHA-256 of the arrays file); the
-``.npz`` file holds the arrays, read back with ``allow_pickle=False``: ``history``,
-``rng_key``, the parameters ``u_0 ...``, the optimiser state ``s_0 ...``, the last good
-parameters ``g_0 ...`` (when any), the best start's parameters ``b_0 ...`` and its
-``best_history`` (when any). Each file is written atomically (:mod:`gpchol._base.io`);
-the arrays first, so the JSON file never points at arrays that are not on disk. Reading
-checks the version, the optimiser, the hash and every array's shape against this fit.
+1. the arrays go to ``<base>.<h>.npz``, ``h`` the first 16 hex digits of the file's
+   SHA-256 (temporary file, ``fsync``, ``os.replace``, ``fsync`` of the directory);
+2. the manifest ``<base>.json`` that names that file and its full SHA-256 is written the
+   same way: its ``os.replace`` is the commit;
+3. only then the previous arrays file (and any stale temporary file of this checkpoint)
+   is removed.
+
+So at every instant ``<base>.json`` names a complete arrays file that is on disk: a crash,
+``SIGKILL``, ``SIGINT`` or ``SIGTERM`` at any point leaves the previous checkpoint or the
+new one, never a mix. One writer per checkpoint path at a time.
+
+The manifest holds the format name and version, the arrays file and its hash, the
+fingerprint of the fit that wrote it (:mod:`gpchol._fit.fingerprint`) and the metadata of
+the state (counters, how the start is stopping, the best start so far). The ``.npz`` file
+holds the arrays, read back with ``allow_pickle=False``: ``history``, ``rng_key``, the
+parameters ``u_0 ...``, the optimiser state ``s_0 ...``, the last good parameters
+``g_0 ...`` (when any), the best start's parameters ``b_0 ...`` and its ``best_history``
+(when any). Reading checks the format, the version, the fingerprint, the hash and every
+array's shape, and raises :class:`CheckpointError` naming the file at fault and what is
+wrong with it.
 
 Example:
     >>> import os, tempfile, jax.numpy as jnp, numpy as np
@@ -17,10 +29,10 @@ Example:
     >>> from gpchol._fit.state import FitState
     >>> path = os.path.join(tempfile.mkdtemp(), "ck")
     >>> st = FitState(params=jnp.ones(2), opt_state=(jnp.zeros(2),), key=np.zeros(2, np.uint32))
-    >>> save_checkpoint(path, st, optimizer="adam", steps=10, restarts=0)
-    >>> sorted(os.listdir(os.path.dirname(path)))
-    ['ck.json', 'ck.npz']
-    >>> back = load_checkpoint(path, optimizer="adam", params_like=jnp.zeros(2),
+    >>> name = save_checkpoint(path, st, fingerprint={"model": "m"}, optimizer="adam")
+    >>> sorted(os.listdir(os.path.dirname(path))) == sorted(["ck.json", name])
+    True
+    >>> back = load_checkpoint(path, fingerprint={"model": "m"}, params_like=jnp.zeros(2),
     ...                        init_opt_state=lambda u: (jnp.zeros(2),))
     >>> back.params.tolist(), back.step
     ([1.0, 1.0], 0)
@@ -28,7 +40,10 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import zipfile
 from collections.abc import Callable
 from typing import Any
 
@@ -36,39 +51,127 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gpchol._base.io import file_sha256, load_json, load_npz, save_json_atomic, save_npz_atomic
+from gpchol._base.io import (
+    TMP_PREFIX,
+    file_sha256,
+    fsync_dir,
+    load_npz,
+    npz_bytes,
+    save_json_atomic,
+    sha256_bytes,
+    write_bytes_atomic,
+)
+from gpchol._fit.fingerprint import compare
 from gpchol._fit.state import FitState, StartRecord
 
-__all__ = ["VERSION", "checkpoint_exists", "checkpoint_paths", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "CheckpointError",
+    "arrays_files",
+    "checkpoint_exists",
+    "load_checkpoint",
+    "manifest_path",
+    "save_checkpoint",
+]
 
-VERSION = 1
-"""The checkpoint format version (written as ``version`` in the JSON file)."""
+FORMAT = "gpchol fit checkpoint"
+"""The ``format`` field of a manifest."""
+
+VERSION = 2
+"""The checkpoint format version (``version`` in the manifest; 1: the unfingerprinted
+``<base>.json`` + ``<base>.npz`` pair of earlier releases, refused on resume)."""
+
+_HASH_CHARS = 16
+_REMEDY = "Delete the checkpoint's files or pass resume=False to start over."
 
 
-def checkpoint_paths(path: str | os.PathLike[str]) -> tuple[str, str]:
-    """The two files of a checkpoint: ``(<base>.json, <base>.npz)``.
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed: another fit's, damaged, or of another format.
+
+    A subclass of :class:`ValueError`. The message names the file at fault and what is
+    wrong (for a checkpoint of another fit: each component of the fingerprint that
+    differs), and how to start over.
+
+    Attributes:
+        path: the file at fault (the manifest or its arrays file).
+        differences: for a checkpoint of another fit, one line per differing component of
+            the fingerprint; else empty.
+
+    Example:
+        >>> from gpchol._fit.checkpoint import CheckpointError
+        >>> e = CheckpointError("ck.json", "is damaged")
+        >>> str(e), isinstance(e, ValueError)
+        ('checkpoint ck.json is damaged', True)
+    """
+
+    def __init__(self, path: str, problem: str, differences: list[str] | None = None) -> None:
+        super().__init__(f"checkpoint {path} {problem}")
+        self.path = path
+        self.differences = list(differences or [])
+
+
+def _base(path: str | os.PathLike[str]) -> str:
+    base = os.fspath(path)
+    for ext in (".json", ".npz"):
+        if base.endswith(ext):
+            return base[: -len(ext)]
+    return base
+
+
+def manifest_path(path: str | os.PathLike[str]) -> str:
+    """The manifest of the checkpoint at ``path``: ``<base>.json``.
 
     Args:
         path: the base path, with or without a ``.json``/``.npz`` extension.
 
     Returns:
-        ``(json_path, npz_path)``.
+        The manifest's path.
 
     Example:
-        >>> from gpchol._fit.checkpoint import checkpoint_paths
-        >>> checkpoint_paths("run/ck.npz")
-        ('run/ck.json', 'run/ck.npz')
+        >>> from gpchol._fit.checkpoint import manifest_path
+        >>> manifest_path("run/ck.npz"), manifest_path("run/ck")
+        ('run/ck.json', 'run/ck.json')
     """
-    base = os.fspath(path)
-    for ext in (".json", ".npz"):
-        if base.endswith(ext):
-            base = base[: -len(ext)]
-    return base + ".json", base + ".npz"
+    return _base(path) + ".json"
+
+
+def _arrays_pattern(base: str) -> re.Pattern[str]:
+    name = re.escape(os.path.basename(base))
+    return re.compile(rf"{name}\.[0-9a-f]{{{_HASH_CHARS}}}\.npz")
+
+
+def arrays_files(path: str | os.PathLike[str]) -> list[str]:
+    """The arrays files (``<base>.<hash>.npz``) of the checkpoint at ``path`` on disk.
+
+    Normally one, the file the manifest names; another is the new file of a commit that
+    was cut short (removed by the next commit).
+
+    Args:
+        path: the base path (see :func:`manifest_path`).
+
+    Returns:
+        Their paths, sorted.
+    """
+    base = _base(path)
+    directory = os.path.dirname(base) or "."
+    pattern = _arrays_pattern(base)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(os.path.join(os.path.dirname(base), n) for n in names if pattern.fullmatch(n))
 
 
 def checkpoint_exists(path: str | os.PathLike[str]) -> bool:
-    """Whether the checkpoint's metadata file exists (a fit with ``resume=True`` reads it)."""
-    return os.path.exists(checkpoint_paths(path)[0])
+    """Whether the checkpoint's manifest exists (a fit with ``resume=True`` reads it).
+
+    Example:
+        >>> from gpchol._fit.checkpoint import checkpoint_exists
+        >>> checkpoint_exists("/nonexistent/ck")
+        False
+    """
+    return os.path.exists(manifest_path(path))
 
 
 def _numbered(prefix: str, tree: Any) -> dict[str, np.ndarray]:
@@ -77,24 +180,52 @@ def _numbered(prefix: str, tree: Any) -> dict[str, np.ndarray]:
     return {f"{prefix}_{i}": np.asarray(x) for i, x in enumerate(leaves)}
 
 
+def _sweep(base: str, keep: str) -> None:
+    """Removes this checkpoint's arrays files but ``keep`` and its stale temporary files."""
+    directory = os.path.dirname(base) or "."
+    name = os.path.basename(base)
+    arrays = _arrays_pattern(base)
+    tmp = re.compile(
+        re.escape(TMP_PREFIX)
+        + r".*?"
+        + re.escape(name)
+        + rf"(\.json|\.[0-9a-f]{{{_HASH_CHARS}}}\.npz)"
+    )
+    removed = False
+    for n in os.listdir(directory):
+        if n != os.path.basename(keep) and (arrays.fullmatch(n) or tmp.fullmatch(n)):
+            try:
+                os.unlink(os.path.join(directory, n))
+                removed = True
+            except OSError:
+                pass
+    if removed:
+        fsync_dir(directory)
+
+
 def save_checkpoint(
     path: str | os.PathLike[str],
     state: FitState,
     *,
+    fingerprint: dict[str, str],
     optimizer: str,
-    steps: int,
-    restarts: int,
-) -> None:
-    """Writes ``state`` to the checkpoint at ``path`` (arrays, then metadata; each atomic).
+) -> str:
+    """Commits ``state`` as the checkpoint at ``path`` (arrays file, then the manifest).
+
+    The previous checkpoint stays complete until the manifest's ``os.replace``; its arrays
+    file (and any stale temporary file of this checkpoint) is removed after it.
 
     Args:
-        path: the base path (see :func:`checkpoint_paths`).
+        path: the base path (see :func:`manifest_path`).
         state: the fit's state.
-        optimizer: the optimiser's name (a resume with another optimiser is refused).
-        steps: the fit's ``steps`` argument (recorded for the reader's information).
-        restarts: the fit's ``restarts`` argument (recorded likewise).
+        fingerprint: the fit's fingerprint (a resume by another fit is refused).
+        optimizer: the optimiser's name (for the reader's information; it is also part of
+            the fingerprint).
+
+    Returns:
+        The arrays file's name (``<base>.<hash>.npz``, without the directory).
     """
-    json_path, npz_path = checkpoint_paths(path)
+    base = _base(path)
     arrays = {"history": np.asarray(state.history, np.float64), "rng_key": state.key}
     arrays.update(_numbered("u", state.params))
     state_arrays = _numbered("s", state.opt_state)
@@ -104,60 +235,128 @@ def save_checkpoint(
     if state.best is not None:
         arrays.update(_numbered("b", state.best_params))
         arrays["best_history"] = np.asarray(state.best.history, np.float64)
-    digest = save_npz_atomic(npz_path, arrays)
-    meta = {
-        "restart": state.restart,
-        "step": state.step,
-        "stall": state.stall,
-        "done": state.done,
-        "stopped": state.stopped,
-        "message": state.message,
-        "restart_losses": state.restart_losses,
+    data = npz_bytes(arrays)
+    digest = sha256_bytes(data)
+    npz_name = f"{os.path.basename(base)}.{digest[:_HASH_CHARS]}.npz"
+    npz_path = os.path.join(os.path.dirname(base), npz_name)
+    write_bytes_atomic(npz_path, data)
+    manifest = {
+        "format": FORMAT,
         "version": VERSION,
+        "arrays": npz_name,
+        "arrays_sha256": digest,
         "optimizer": optimizer,
-        "npz_sha256": digest,
-        "n_param_leaves": len(jax.tree_util.tree_leaves(state.params)),
-        "n_state_leaves": len(state_arrays),
-        "has_last_good": state.last_good is not None,
-        "best": None if state.best is None else state.best.meta(),
-        "steps": int(steps),
-        "restarts": int(restarts),
+        "fingerprint": fingerprint,
+        "state": {
+            "restart": state.restart,
+            "step": state.step,
+            "stall": state.stall,
+            "done": state.done,
+            "stopped": state.stopped,
+            "message": state.message,
+            "restart_losses": state.restart_losses,
+            "n_param_leaves": len(jax.tree_util.tree_leaves(state.params)),
+            "n_state_leaves": len(state_arrays),
+            "has_last_good": state.last_good is not None,
+            "best": None if state.best is None else state.best.meta(),
+        },
     }
-    save_json_atomic(json_path, meta)
+    save_json_atomic(base + ".json", manifest)  # the commit
+    _sweep(base, keep=npz_path)
+    return npz_name
 
 
-def _tree_from_arrays(template: Any, arrays: list[np.ndarray], what: str) -> Any:
+def _read_manifest(json_path: str) -> dict[str, Any]:
+    try:
+        with open(json_path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise CheckpointError(json_path, f"cannot be read ({e.strerror or e}).") from None
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(
+            json_path,
+            f"is damaged: not valid JSON ({e}; {len(raw)} bytes, truncated or overwritten?). "
+            + _REMEDY,
+        ) from None
+    if not isinstance(meta, dict) or (meta.get("format") != FORMAT and "npz_sha256" not in meta):
+        raise CheckpointError(json_path, "is not a gpchol fit checkpoint. " + _REMEDY)
+    version = meta.get("version")
+    if version != VERSION:
+        if version == 1:
+            problem = (
+                "was written by an earlier gpchol (format version 1, with no fingerprint "
+                "to prove it belongs to this fit), so it cannot be resumed. Delete it and "
+                f"{_base(json_path)}.npz, or pass resume=False to start over."
+            )
+        else:
+            problem = (
+                f"has format version {version!r}; this gpchol reads version {VERSION} "
+                "(written by a newer gpchol?). " + _REMEDY
+            )
+        raise CheckpointError(json_path, problem)
+    return meta
+
+
+def _tree_from_arrays(template: Any, arrays: list[np.ndarray], what: str, npz_path: str) -> Any:
     """``template``'s pytree with ``arrays`` as leaves (its dtypes); checks count and shapes."""
     t_leaves, treedef = jax.tree_util.tree_flatten(template)
     if len(t_leaves) != len(arrays):
-        raise ValueError(
-            f"checkpoint does not match this fit: its {what} has {len(arrays)} arrays, this "
-            f"fit's has {len(t_leaves)}. Delete the checkpoint or pass resume=False."
+        raise CheckpointError(
+            npz_path,
+            f"does not match this fit: its {what} has {len(arrays)} arrays, this fit's has "
+            f"{len(t_leaves)}. " + _REMEDY,
         )
     out = []
     for t, a in zip(t_leaves, arrays, strict=True):
         t = jnp.asarray(t)
         if tuple(t.shape) != tuple(a.shape):
-            raise ValueError(
-                f"checkpoint does not match this fit: a {what} array has shape {a.shape}, "
-                f"expected {tuple(t.shape)}. Delete the checkpoint or pass resume=False."
+            raise CheckpointError(
+                npz_path,
+                f"does not match this fit: a {what} array has shape {a.shape}, expected "
+                f"{tuple(t.shape)}. " + _REMEDY,
             )
         out.append(jnp.asarray(a, dtype=t.dtype))
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
+def _read_arrays(json_path: str, meta: dict[str, Any]) -> tuple[str, dict[str, np.ndarray]]:
+    name, digest = meta.get("arrays"), meta.get("arrays_sha256")
+    base = _base(json_path)
+    if not isinstance(name, str) or not _arrays_pattern(base).fullmatch(name):
+        raise CheckpointError(json_path, f"is damaged: it names no valid arrays file ({name!r}).")
+    npz_path = os.path.join(os.path.dirname(base), name)
+    if not os.path.exists(npz_path):
+        raise CheckpointError(
+            npz_path,
+            f"is missing (named by {json_path}; deleted or moved?). " + _REMEDY,
+        )
+    if file_sha256(npz_path) != digest:
+        raise CheckpointError(
+            npz_path,
+            f"is damaged: its SHA-256 does not match the one in {json_path} (truncated or "
+            "overwritten?). " + _REMEDY,
+        )
+    try:
+        return npz_path, load_npz(npz_path)
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise CheckpointError(npz_path, f"cannot be read ({e}). " + _REMEDY) from None
+
+
 def load_checkpoint(
     path: str | os.PathLike[str],
     *,
-    optimizer: str,
+    fingerprint: dict[str, str],
     params_like: Any,
     init_opt_state: Callable[[Any], Any],
 ) -> FitState:
     """Reads the checkpoint at ``path`` back into a :class:`~gpchol._fit.state.FitState`.
 
     Args:
-        path: the base path (see :func:`checkpoint_paths`).
-        optimizer: this fit's optimiser name; must be the one that wrote the checkpoint.
+        path: the base path (see :func:`manifest_path`).
+        fingerprint: this fit's fingerprint; must equal the one of the fit that wrote the
+            checkpoint.
         params_like: a pytree like this fit's unconstrained parameters (structure, shapes
             and dtypes of the parameters read back).
         init_opt_state: the optimiser's ``init`` (gives the optimiser state's structure).
@@ -166,46 +365,60 @@ def load_checkpoint(
         The state as it was written.
 
     Raises:
-        ValueError: the checkpoint is of another version or optimiser, its arrays file is
-            missing or does not match its hash, or its arrays do not fit ``params_like``.
+        CheckpointError: (a :class:`ValueError`) the manifest is not valid JSON, not a
+            checkpoint, of another version or written by another fit (the message lists
+            each difference), or its arrays file is missing, damaged or does not fit
+            ``params_like``. The message names the file.
+
+    A checkpoint read back whole is then the only one of its base path: arrays files it
+    does not name and stale temporary files of its base path are removed.
     """
-    json_path, npz_path = checkpoint_paths(path)
-    meta = load_json(json_path)
-    if meta.get("version") != VERSION or meta.get("optimizer") != optimizer:
-        raise ValueError(
-            f"checkpoint {json_path} was written by a different fit (optimizer "
-            f"{meta.get('optimizer')!r}, version {meta.get('version')}); delete it or pass "
-            "resume=False."
+    json_path = manifest_path(path)
+    meta = _read_manifest(json_path)
+    differences = compare(meta.get("fingerprint"), fingerprint)
+    if differences:
+        raise CheckpointError(
+            json_path,
+            "was written by a different fit, so resuming it would return that fit's "
+            "state as this one's. It differs in: "
+            + "; ".join(differences)
+            + ". Delete it, use another checkpoint path, or pass resume=False.",
+            differences,
         )
-    if not os.path.exists(npz_path) or file_sha256(npz_path) != meta.get("npz_sha256"):
-        raise ValueError(
-            f"checkpoint arrays {npz_path} are missing or do not match {json_path} "
-            "(an interrupted write of an old version?); delete both or pass resume=False."
+    npz_path, arrays = _read_arrays(json_path, meta)
+    try:
+        st = meta["state"]
+        n_u, n_s = int(st["n_param_leaves"]), int(st["n_state_leaves"])
+
+        def tree(prefix: str, template: Any, n: int, what: str) -> Any:
+            leaves = [arrays[f"{prefix}_{i}"] for i in range(n)]
+            return _tree_from_arrays(template, leaves, what, npz_path)
+
+        params = tree("u", params_like, n_u, "parameters")
+        state = FitState(
+            params=params,
+            opt_state=tree("s", init_opt_state(params), n_s, "optimizer state"),
+            key=arrays["rng_key"],
+            restart=int(st["restart"]),
+            step=int(st["step"]),
+            history=[float(x) for x in arrays["history"]],
+            stall=int(st["stall"]),
+            done=bool(st["done"]),
+            stopped=st["stopped"],
+            message=str(st["message"]),
+            restart_losses=[float(x) for x in st["restart_losses"]],
         )
-    arrays = load_npz(npz_path)
-    n_u, n_s = meta["n_param_leaves"], meta["n_state_leaves"]
-
-    def tree(prefix: str, template: Any, n: int, what: str) -> Any:
-        return _tree_from_arrays(template, [arrays[f"{prefix}_{i}"] for i in range(n)], what)
-
-    params = tree("u", params_like, n_u, "parameters")
-    state = FitState(
-        params=params,
-        opt_state=tree("s", init_opt_state(params), n_s, "optimizer state"),
-        key=arrays["rng_key"],
-        restart=meta.get("restart", 0),
-        step=meta.get("step", 0),
-        history=[float(x) for x in arrays["history"]],
-        stall=meta.get("stall", 0),
-        done=meta.get("done", False),
-        stopped=meta.get("stopped"),
-        message=meta.get("message", ""),
-        restart_losses=list(meta.get("restart_losses", [])),
-    )
-    if meta.get("has_last_good"):
-        state.last_good = tree("g", params_like, n_u, "parameters")
-    if meta.get("best") is not None:
-        best_history = [float(x) for x in arrays["best_history"]]
-        state.best = StartRecord.from_meta(meta["best"], best_history)
-        state.best_params = tree("b", params_like, n_u, "parameters")
+        if st["has_last_good"]:
+            state.last_good = tree("g", params_like, n_u, "parameters")
+        if st["best"] is not None:
+            best_history = [float(x) for x in arrays["best_history"]]
+            state.best = StartRecord.from_meta(st["best"], best_history)
+            state.best_params = tree("b", params_like, n_u, "parameters")
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(
+            json_path, f"is damaged: a field or array is missing or malformed ({e!r}). " + _REMEDY
+        ) from None
+    _sweep(_base(json_path), keep=npz_path)  # what a commit cut short (SIGKILL) left
     return state

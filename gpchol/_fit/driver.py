@@ -13,11 +13,19 @@ Guarantees:
   the fit stops, returns the parameters of the last finite step and says what happened
   and what to try in :attr:`FitResult.message`.
 * With ``checkpoint=path`` the complete state (step, unconstrained parameters, optimiser
-  state, history, restart index, RNG key) is written every ``checkpoint_every`` steps to
-  ``path.json`` (metadata) and ``path.npz`` (arrays; read back with
-  ``allow_pickle=False``), each atomically (temporary file + ``os.replace``). With
-  ``resume=True`` a fit that finds its checkpoint continues from it and ends with exactly
-  the result an uninterrupted fit gives (same jitted computations on the same numbers).
+  state, history, restart index, RNG key) is committed every ``checkpoint_every`` steps
+  in one atomic step: the arrays to a content-addressed ``path.<hash>.npz`` (read back
+  with ``allow_pickle=False``), then the manifest ``path.json`` naming it, whose
+  ``os.replace`` is the commit (:mod:`gpchol._fit.checkpoint`). With ``resume=True`` a fit
+  that finds its checkpoint continues from it and ends with exactly the result an
+  uninterrupted fit gives (same jitted computations on the same numbers).
+* A checkpoint carries the fingerprint of the fit that wrote it (parameter tree,
+  transforms, optimiser and stopping settings, data shapes and hashes,
+  :mod:`gpchol._fit.fingerprint`); a resume by any other fit, or of a damaged checkpoint,
+  is refused with a :class:`~gpchol._fit.checkpoint.CheckpointError` naming the file and
+  each difference.
+* ``SIGINT`` and ``SIGTERM`` are acted on between two steps, after the state is committed
+  to the checkpoint (:mod:`gpchol._fit.signals`).
 
 Example:
     >>> import jax.numpy as jnp
@@ -34,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +52,13 @@ import numpy as np
 import optax
 
 from gpchol._base.transforms import to_constrained, to_unconstrained
-from gpchol._fit.checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
+from gpchol._fit.checkpoint import (
+    checkpoint_exists,
+    load_checkpoint,
+    manifest_path,
+    save_checkpoint,
+)
+from gpchol._fit.fingerprint import fit_fingerprint
 from gpchol._fit.objective import (
     StepFn,
     default_transforms,
@@ -52,6 +67,7 @@ from gpchol._fit.objective import (
     unconstrained_loss,
 )
 from gpchol._fit.progress import ProgressLine
+from gpchol._fit.signals import SignalGuard
 from gpchol._fit.state import FitState, StartRecord, canonical, key_data
 
 __all__ = ["FitResult", "fit"]
@@ -124,8 +140,9 @@ class FitPlan:
     tol: float
     patience: int
     callback: Callable[[int, Any, float], Any] | None
-    checkpoint: str | os.PathLike[str] | None
+    checkpoint: str | None
     checkpoint_every: int
+    fingerprint: dict[str, str] | None
 
     @property
     def n_starts(self) -> int:
@@ -154,6 +171,7 @@ def fit(
     resume: bool = True,
     progress: bool = True,
     callback: Callable[[int, Any, float], Any] | None = None,
+    fingerprint: Any = None,
 ) -> FitResult:
     r"""Fits parameters by minimising a loss (for a GP: the negative log marginal likelihood).
 
@@ -179,20 +197,48 @@ def fit(
             loss wins. Needs ``key`` (default ``jax.random.PRNGKey(0)``).
         key: a ``jax.random`` key for the restarts.
         restart_scale: standard deviation of the restart perturbations.
-        checkpoint: base path of the checkpoint files (``<path>.json`` + ``<path>.npz``);
+        checkpoint: base path of the checkpoint: the manifest ``<path>.json`` and the
+            arrays file ``<path>.<hash>.npz`` it names (one writer per path at a time);
             ``None``: no checkpoints.
-        checkpoint_every: write the checkpoint every this many steps (and at the end).
-        resume: continue from the checkpoint when it exists (else start over).
+        checkpoint_every: commit the checkpoint every this many steps (and at the end of
+            each start, and on ``SIGINT``/``SIGTERM``).
+        resume: continue from the checkpoint when it exists (else start over; the old
+            checkpoint stays until the new fit's first commit). A checkpoint written by
+            another fit (other parameters, transforms, optimiser or stopping settings,
+            data or model) or a damaged one is refused, never silently resumed.
         progress: show a progress line with the current loss on stderr.
         callback: ``callback(step, params, loss)`` after each step (constrained
             parameters at which ``loss`` was evaluated); returning ``True`` stops the fit.
+        fingerprint: anything (a pytree of arrays, strings, numbers) that identifies the
+            data of a plain loss beyond the arrays it closes over (e.g. a file name and
+            its modification time); its hash joins the checkpoint's fingerprint. GP fits
+            (``y`` given) fingerprint ``y`` and the model built at ``params`` (inputs,
+            noise, kernel and mean types) themselves.
 
     Returns:
         A :class:`FitResult`.
 
     Raises:
         ValueError: on a bad argument, an initial value outside its transform's domain,
-            a non-finite initial loss, or a checkpoint that does not match the fit.
+            or a non-finite initial loss.
+        CheckpointError: (:class:`~gpchol._fit.checkpoint.CheckpointError`, a
+            ``ValueError``) with ``resume=True``, a checkpoint written by another fit
+            (the message names each difference), of another format version, or damaged
+            (not valid JSON, arrays file missing, truncated or not matching its hash);
+            the message names the file.
+        KeyboardInterrupt: on ``SIGINT`` (Ctrl-C) while the fit runs in the main thread:
+            the step under way is finished, the state committed to the checkpoint, and
+            :class:`~gpchol._fit.signals.FitInterrupted` (a ``KeyboardInterrupt``) raised;
+            running the same fit again resumes from there. A second Ctrl-C before the
+            step ends raises at once, leaving the last committed checkpoint.
+        SystemExit: on ``SIGTERM``, likewise after the commit:
+            :class:`~gpchol._fit.signals.FitTerminated` (a ``SystemExit`` with code 143;
+            uncaught, the program exits with status 143 without a traceback).
+
+    Signal handlers are installed only while the fit runs and only from the main thread;
+    the previous ones are restored when it ends. A caller's own Python handler is called
+    at the step boundary (after the commit) instead of raising; ignored signals stay
+    ignored.
 
     Example:
         >>> import jax, jax.numpy as jnp, numpy as np
@@ -214,29 +260,56 @@ def fit(
     opt_name, opt = make_optimizer(optimizer, learning_rate)
     if transforms is None:
         transforms = default_transforms(params)
+    loss_u = unconstrained_loss(build_or_loss, y, transforms)
+    u0 = canonical(to_unconstrained(params, transforms))
+    raw_key = key_data(jax.random.PRNGKey(0) if key is None else key)
+    fp = None
+    if checkpoint is not None:
+        fp = fit_fingerprint(
+            build_or_loss=build_or_loss,
+            params=params,
+            y=y,
+            u0=u0,
+            loss_u=loss_u,
+            transforms=transforms,
+            optimizer=opt_name,
+            learning_rate=learning_rate,
+            opt_state=opt.init(u0),
+            steps=steps,
+            tol=tol,
+            patience=patience,
+            restarts=restarts,
+            restart_scale=restart_scale,
+            key=raw_key,
+            user=fingerprint,
+        )
     plan = FitPlan(
         optimizer=opt_name,
         init_opt_state=opt.init,
-        step_fn=make_step(opt_name, opt, unconstrained_loss(build_or_loss, y, transforms)),
+        step_fn=make_step(opt_name, opt, loss_u),
         transforms=transforms,
-        u0=canonical(to_unconstrained(params, transforms)),
+        u0=u0,
         restart_scale=restart_scale,
         steps=int(steps),
         restarts=int(restarts),
         tol=tol,
         patience=patience,
         callback=callback,
-        checkpoint=checkpoint,
+        checkpoint=None if checkpoint is None else os.fspath(checkpoint),
         checkpoint_every=int(checkpoint_every),
+        fingerprint=fp,
     )
-    state = _initial_state(plan, jax.random.PRNGKey(0) if key is None else key, resume)
+    state = _initial_state(plan, raw_key, resume)
     label = f"gpchol fit [{opt_name}]"
     bar = ProgressLine(progress, plan.steps, label)
+    guard = SignalGuard(None if plan.checkpoint is None else manifest_path(plan.checkpoint))
     try:
-        while state.restart < plan.n_starts:
-            if plan.n_starts > 1:
-                bar.label = f"{label} start {state.restart + 1}/{plan.n_starts}"
-            _run_start(plan, state, bar)
+        with guard:
+            while state.restart < plan.n_starts:
+                if plan.n_starts > 1:
+                    bar.label = f"{label} start {state.restart + 1}/{plan.n_starts}"
+                _run_start(plan, state, bar, guard)
+            _deliver(plan, state, guard, saved=True)  # a signal during the last commit
     finally:
         bar.close()
     return _result(plan, state, has_y=y is not None)
@@ -277,40 +350,70 @@ def _begin_start(plan: FitPlan, state: FitState, r: int) -> None:
     state.begin_start(u, canonical(plan.init_opt_state(u)))
 
 
-def _initial_state(plan: FitPlan, key: Any, resume: bool) -> FitState:
+def _initial_state(plan: FitPlan, key: np.ndarray, resume: bool) -> FitState:
     """The checkpoint's state when resuming from one, else the beginning of the first start."""
     if plan.checkpoint is not None and resume and checkpoint_exists(plan.checkpoint):
+        assert plan.fingerprint is not None  # computed whenever there is a checkpoint
         return load_checkpoint(
             plan.checkpoint,
-            optimizer=plan.optimizer,
+            fingerprint=plan.fingerprint,
             params_like=plan.u0,
             init_opt_state=plan.init_opt_state,
         )
-    state = FitState(params=None, opt_state=None, key=key_data(key))
+    state = FitState(params=None, opt_state=None, key=key)
     _begin_start(plan, state, 0)
     return state
 
 
-def _save(plan: FitPlan, state: FitState) -> None:
+def _save(plan: FitPlan, state: FitState, guard: SignalGuard) -> None:
+    """Commits the checkpoint (when there is one); a second signal waits for the commit."""
     if plan.checkpoint is not None:
-        save_checkpoint(
-            plan.checkpoint,
-            state,
-            optimizer=plan.optimizer,
-            steps=plan.steps,
-            restarts=plan.restarts,
+        assert plan.fingerprint is not None
+        with guard.commit():
+            save_checkpoint(
+                plan.checkpoint, state, fingerprint=plan.fingerprint, optimizer=plan.optimizer
+            )
+
+
+def _deliver(plan: FitPlan, state: FitState, guard: SignalGuard, *, saved: bool) -> None:
+    """On a pending SIGINT/SIGTERM: commits the state (unless ``saved``), then raises."""
+    if guard.pending is None:
+        return
+    if not saved:
+        _save(plan, state, guard)
+    where = (
+        f"after step {state.step} of start {state.restart + 1}"
+        if state.restart < plan.n_starts
+        else "after its last start"
+    )
+    name = "SIGINT" if guard.pending == signal.SIGINT else "SIGTERM"
+    if plan.checkpoint is None:
+        tail = "no checkpoint was asked for (checkpoint=PATH makes a fit resumable)."
+    else:
+        tail = (
+            f"the checkpoint {manifest_path(plan.checkpoint)} holds this state; run the "
+            "same fit again (resume=True) to continue."
         )
+    guard.deliver(f"fit stopped by {name} {where}: {tail}")
 
 
-def _run_steps(plan: FitPlan, state: FitState, bar: ProgressLine) -> None:
+def _run_steps(plan: FitPlan, state: FitState, bar: ProgressLine, guard: SignalGuard) -> None:
     """Steps the current start until it stops or reaches ``steps``.
 
     A step whose loss or gradient is not finite is not taken: the start stops with the
-    parameters of the last finite step kept in ``state.last_good``.
+    parameters of the last finite step kept in ``state.last_good``. A pending signal is
+    delivered between two steps, after the state is committed.
     """
     while not state.done and state.step < plan.steps:
-        u_new, s_new, value, grad_ok = plan.step_fn(state.params, state.opt_state)
-        v = float(value)
+        _deliver(plan, state, guard, saved=False)
+        try:
+            u_new, s_new, value, grad_ok = plan.step_fn(state.params, state.opt_state)
+            v = float(value)
+        except Exception as e:  # a second signal raised inside a callback of the step
+            forced = guard.forced_exception()
+            if forced is not None:
+                raise forced from e
+            raise
         if not (math.isfinite(v) and bool(grad_ok)):
             _stop_nonfinite(state, v)
             return
@@ -322,12 +425,12 @@ def _run_steps(plan: FitPlan, state: FitState, bar: ProgressLine) -> None:
         bar.update(state.step, v)
         _check_stop(plan, state, prev, v)
         if state.step % plan.checkpoint_every == 0 or state.done:
-            _save(plan, state)
+            _save(plan, state, guard)
 
 
-def _run_start(plan: FitPlan, state: FitState, bar: ProgressLine) -> None:
+def _run_start(plan: FitPlan, state: FitState, bar: ProgressLine, guard: SignalGuard) -> None:
     """Runs the current start to its end, records it and checkpoints the next one."""
-    _run_steps(plan, state, bar)
+    _run_steps(plan, state, bar, guard)
     if state.stopped is None:
         state.stop(
             "steps",
@@ -337,7 +440,7 @@ def _run_start(plan: FitPlan, state: FitState, bar: ProgressLine) -> None:
     bar.update(state.step, state.history[-1] if state.history else math.nan, force=True)
     bar.close()
     _end_start(plan, state)
-    _save(plan, state)
+    _save(plan, state, guard)
 
 
 def _stop_nonfinite(state: FitState, v: float) -> None:
