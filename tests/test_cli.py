@@ -1,4 +1,9 @@
-"""The ``gpchol`` command line end to end (subprocesses): fit, predict and bad input."""
+"""The ``gpchol`` command line end to end: fit, predict, the files written, Ctrl-C.
+
+The commands run in-process through :func:`gpchol.cli.main` (no interpreter start-up per
+call); one test runs the real command in a subprocess to send it SIGINT. Bad input and
+hostile files are in ``test_cli_errors.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,169 +11,195 @@ import csv
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
-CompletedRun = subprocess.CompletedProcess[str]
+from gpchol.cli import main
 
 
-def run(args: list[str], cwd: pathlib.Path, timeout: float = 300) -> CompletedRun:
-    env = dict(os.environ)
-    env.pop("GPCHOL_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "gpchol.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Runs ``gpchol ARGS`` in-process: ``(exit status, stdout, stderr)``."""
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
 
 
-def assert_clean_error(proc: CompletedRun, *words: str) -> None:
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = [ln for ln in proc.stderr.strip().splitlines() if ln]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("gpchol: error:")
-    for w in words:
-        assert w in lines[0], lines[0]
+@pytest.fixture
+def in_tmp(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GPCHOL_DEBUG", raising=False)
+    return tmp_path
 
 
-@pytest.fixture(scope="module")
-def co2_fit(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, CompletedRun]:
-    d = tmp_path_factory.mktemp("co2")
-    proc = run(["fit", "--steps", "3", "--out", "m.json"], cwd=d)
-    return d, proc
+@pytest.fixture
+def umask_027() -> object:
+    old = os.umask(0o027)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
-def test_fit_default_co2(co2_fit: tuple[pathlib.Path, CompletedRun]) -> None:
-    d, proc = co2_fit
-    assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert "log marginal likelihood" in proc.stdout
-    assert "ppm" in proc.stdout and "years" in proc.stdout
-    assert "loss" in proc.stderr  # progress
-    m = json.loads((d / "m.json").read_text())
+def no_temp_files(d: pathlib.Path) -> bool:
+    return not [p for p in os.listdir(d) if p.startswith((".tmp-", ".gpchol-probe-"))]
+
+
+def test_fit_default_co2_then_predict(
+    in_tmp: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, out, err = cli(capsys, "fit", "--steps", "3", "--out", "m.json")
+    assert rc == 0, err
+    assert "Traceback" not in err
+    assert "log marginal likelihood" in out
+    assert "ppm" in out and "years" in out
+    assert "loss" in err  # progress
+    assert "needs about" not in out  # n=521: no estimate printed
+    m = json.loads((in_tmp / "m.json").read_text())
     assert m["format"] == "gpchol-fit" and m["kernel"]["spec"] == "co2"
     assert m["data"]["n"] == 521 and len(m["data"]["sha256"]) == 64
     assert np.isfinite(m["log_marginal_likelihood"]) and "jax" in m["versions"]
     assert {"long.lengthscale", "noise"} <= set(m["params"])
-    png = (d / "m.png").read_bytes()
+    png = (in_tmp / "m.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
-
-def test_predict_from_the_fitted_model(co2_fit: tuple[pathlib.Path, CompletedRun]) -> None:
-    d, _ = co2_fit
-    (d / "new.csv").write_text("t\n1990.5\n2005.0\n")
-    proc = run(["predict", "--model", "m.json", "--csv", "new.csv"], cwd=d)
-    assert proc.returncode == 0, proc.stderr
-    rows = list(csv.DictReader(proc.stdout.splitlines()))
+    (in_tmp / "new.csv").write_text("t\n1990.5\n2005.0\n")
+    rc, out, err = cli(capsys, "predict", "--model", "m.json", "--csv", "new.csv")
+    assert rc == 0, err
+    rows = list(csv.DictReader(out.splitlines()))
     assert [r["t"] for r in rows] == ["1990.5", "2005.0"]
-    m = [float(r["mean"]) for r in rows]
-    s = [float(r["std"]) for r in rows]
-    assert 345 < m[0] < 365 and 360 < m[1] < 395  # ppm
-    assert s[0] < s[1]  # extrapolation is less certain
-    proc = run(["predict", "--model", "m.json", "--csv", "new.csv", "--out", "p.csv"], cwd=d)
-    assert proc.returncode == 0 and (d / "p.csv").read_text().startswith("t,mean,std,std_y")
+    mean = [float(r["mean"]) for r in rows]
+    std = [float(r["std"]) for r in rows]
+    assert 345 < mean[0] < 365 and 360 < mean[1] < 395  # ppm
+    assert std[0] < std[1]  # extrapolation is less certain
+    rc, _, err = cli(capsys, "predict", "--model", "m.json", "--csv", "new.csv", "--out", "p.csv")
+    assert rc == 0 and (in_tmp / "p.csv").read_text().startswith("t,mean,std,std_y")
+    assert no_temp_files(in_tmp)
 
 
-def test_fit_csv_and_predict(tmp_path: pathlib.Path) -> None:
+def test_fit_csv_and_predict_files_follow_the_umask(
+    in_tmp: pathlib.Path, capsys: pytest.CaptureFixture[str], umask_027: object
+) -> None:
     rng = np.random.default_rng(0)
     x = np.sort(rng.uniform(0, 6, 30))
     lines = ["x,z,target"] + [
         f"{a},{b},{np.sin(a) + 0.1 * b + 0.05 * rng.standard_normal()}"
         for a, b in zip(x, rng.standard_normal(30), strict=True)
     ]
-    (tmp_path / "d.csv").write_text("\n".join(lines) + "\n")
-    proc = run(
-        [
-            "fit",
-            "--csv",
-            "d.csv",
-            "--x",
-            "x,z",
-            "--y",
-            "target",
-            "--kernel",
-            "matern52+white",
-            "--steps",
-            "5",
-            "--no-plot",
-            "--out",
-            "f.json",
-            "--checkpoint",
-            "ck",
-        ],
-        cwd=tmp_path,
+    (in_tmp / "d.csv").write_text("\n".join(lines) + "\n")
+    rc, _, err = cli(
+        capsys,
+        "fit",
+        "--csv",
+        "d.csv",
+        "--x",
+        "x,z",
+        "--y",
+        "target",
+        "--kernel",
+        "matern52+white",
+        "--steps",
+        "5",
+        "--no-plot",
+        "--quiet",
+        "--out",
+        "f.json",
+        "--checkpoint",
+        "ck",
     )
-    assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "ck.json").exists() and (tmp_path / "ck.npz").exists()
-    proc = run(["predict", "--model", "f.json", "--csv", "d.csv"], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert len(proc.stdout.strip().splitlines()) == 31
+    assert rc == 0, err
+    assert (in_tmp / "ck.json").exists()  # the checkpoint's manifest
+    assert not (in_tmp / "f.png").exists()
+    assert os.stat(in_tmp / "f.json").st_mode & 0o777 == 0o640  # 0o666 & ~0o027
+    rc, _, err = cli(capsys, "predict", "--model", "f.json", "--csv", "d.csv", "--out", "p.csv")
+    assert rc == 0, err
+    assert len((in_tmp / "p.csv").read_text().strip().splitlines()) == 31
+    assert os.stat(in_tmp / "p.csv").st_mode & 0o777 == 0o640
+    assert no_temp_files(in_tmp)
 
 
-@pytest.fixture
-def csvs(tmp_path: pathlib.Path) -> pathlib.Path:
-    (tmp_path / "ok.csv").write_text("a,b\n" + "".join(f"{i},{i * i}\n" for i in range(6)))
-    (tmp_path / "text.csv").write_text("a,b\n1,2\n2,abc\n3,4\n")
-    (tmp_path / "nan.csv").write_text("a,b\n1,2\n2,nan\n3,4\ninf,5\n6,7\n7,8\n")
-    (tmp_path / "few.csv").write_text("a,b\n1,2\n2,3\n")
-    return tmp_path
-
-
-@pytest.mark.parametrize(
-    "args, words",
-    [
-        (["fit", "--csv", "nope.csv", "--x", "a", "--y", "b"], ["no such file", "nope.csv"]),
-        (["fit", "--csv", "ok.csv", "--x", "a", "--y", "c"], ["'c'", "a, b"]),
-        (["fit", "--csv", "text.csv", "--x", "a", "--y", "b"], ["non-numeric", "'abc'", "row 2"]),
-        (["fit", "--csv", "nan.csv", "--x", "a", "--y", "b"], ["row(s) 2, 4", "--dropna"]),
-        (
-            ["fit", "--csv", "ok.csv", "--x", "a", "--y", "b", "--kernel", "rbf+foo"],
-            ["unknown kernel name 'foo'", "matern52", "periodic"],
-        ),
-        (["fit", "--csv", "few.csv", "--x", "a", "--y", "b"], ["too few points"]),
-        (["predict", "--model", "missing.json", "--csv", "ok.csv"], ["no such model file"]),
-    ],
-    ids=[
-        "missing-file",
-        "missing-column",
-        "non-numeric",
-        "nan-rows",
-        "unknown-kernel",
-        "too-few",
-        "missing-model",
-    ],
-)
-def test_bad_input_one_line_no_traceback(
-    csvs: pathlib.Path, args: list[str], words: list[str]
+def test_dropna_drops_the_bad_rows(
+    in_tmp: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert_clean_error(run(args, cwd=csvs, timeout=120), *words)
-
-
-def test_dropna_drops_the_bad_rows(csvs: pathlib.Path) -> None:
-    proc = run(
-        [
-            "fit",
-            "--csv",
-            "nan.csv",
-            "--x",
-            "a",
-            "--y",
-            "b",
-            "--dropna",
-            "--steps",
-            "2",
-            "--no-plot",
-            "--quiet",
-        ],
-        cwd=csvs,
+    (in_tmp / "nan.csv").write_text("a,b\n1,2\n2,nan\n3,4\ninf,5\n6,7\n7,8\n")
+    rc, out, err = cli(
+        capsys,
+        "fit",
+        "--csv",
+        "nan.csv",
+        "--x",
+        "a",
+        "--y",
+        "b",
+        "--dropna",
+        "--steps",
+        "2",
+        "--no-plot",
+        "--quiet",
     )
-    assert proc.returncode == 0, proc.stderr
-    assert "dropping 2 row(s)" in proc.stderr
-    assert "4 rows" in proc.stdout
+    assert rc == 0, err
+    assert "dropping 2 row(s)" in err
+    assert "4 rows" in out
+
+
+def test_huge_x_values_are_standardized_not_ignored(
+    in_tmp: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # x near 1e200 used to overflow the std to inf: every standardized x became 0 and the
+    # fit ignored x (a flat prediction). Now the fit sees x: predictions follow y.
+    x = np.arange(12.0)
+    y = np.where(x < 6, -1.0, 1.0)
+    rows = "".join(f"{float(a) * 1e200!r},{float(b)}\n" for a, b in zip(x, y, strict=True))
+    (in_tmp / "big.csv").write_text("x,y\n" + rows)
+    # (the plot is drawn: its grid, 10% beyond the last x, must be representable too)
+    rc, out, err = cli(
+        capsys, "fit", "--csv", "big.csv", "--x", "x", "--y", "y", "--steps", "2", "--quiet"
+    )
+    assert rc in (0, 1), err  # 1: the fit did not meet the tolerance in 2 steps
+    assert "Traceback" not in err
+    m = json.loads((in_tmp / "gpchol-fit.json").read_text())
+    assert (
+        np.isfinite(m["standardization"]["x_scale"][0]) and m["standardization"]["x_scale"][0] > 0
+    )
+    (in_tmp / "new.csv").write_text("x\n1e200\n1e201\n")
+    rc, out, err = cli(capsys, "predict", "--csv", "new.csv")
+    assert rc == 0, err
+    mean = [float(r["mean"]) for r in csv.DictReader(out.splitlines())]
+    assert mean[0] < -0.5 < 0.5 < mean[1]
+
+
+def test_sigint_prints_interrupted_and_exits_130(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "d.csv").write_text("a,b\n" + "".join(f"{i},{(i * 7) % 5}\n" for i in range(8)))
+    env = dict(os.environ)
+    env.pop("GPCHOL_DEBUG", None)
+    args = ["fit", "--csv", "d.csv", "--x", "a", "--y", "b", "--optimizer", "adam"]
+    args += ["--steps", "100000000", "--tol", "0", "--no-plot", "--checkpoint", "ck"]
+    args += ["--checkpoint-every", "5", "--quiet"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpchol.cli", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not (tmp_path / "ck.json").exists():  # the fit's steps are running
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the fit did not start"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert lines[-1].startswith("gpchol: interrupted"), err

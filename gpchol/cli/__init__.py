@@ -18,12 +18,20 @@ Example (shell)::
     gpchol predict --model gpchol-fit.json --csv new.csv --out pred.csv
 
 Errors in the user's input are reported as one line on stderr with a non-zero exit
-status, never as a traceback.
+status, never as a traceback (argument errors included); warnings are one line each.
+Every output path is checked before the work starts; a large fit prints its memory and
+time estimate first and is refused (naming ``--no-memory-check``) when it cannot fit in
+the machine's memory. Ctrl-C prints ``gpchol: interrupted`` and exits with status 130
+(a fit first commits its checkpoint between two steps; a computation that does not end
+within two seconds is cut short, :mod:`~gpchol.cli.interrupt`); ``SIGTERM`` likewise
+gives ``gpchol: terminated`` and 143. Files are written atomically with the user's umask.
 
 Modules: :mod:`~gpchol.cli.parsing` (arguments), :mod:`~gpchol.cli.commands` (the
 subcommands), :mod:`~gpchol.cli.csvio` (CSV files), :mod:`~gpchol.cli.model` (the model
 and its JSON file), :mod:`~gpchol.cli.plotting` (the plot; matplotlib only when drawn),
-:mod:`~gpchol.cli.spec` (the kernel SPEC language), :mod:`~gpchol.cli.errors`.
+:mod:`~gpchol.cli.spec` (the kernel SPEC language), :mod:`~gpchol.cli.files` (output
+paths and atomic writes), :mod:`~gpchol.cli.resources` (memory and time estimates),
+:mod:`~gpchol.cli.interrupt` (Ctrl-C during long computations), :mod:`~gpchol.cli.errors`.
 
 Example:
     >>> from gpchol.cli import main
@@ -33,15 +41,56 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import TextIO
 
 from gpchol.cli.commands import COMMANDS
-from gpchol.cli.errors import CLIError
+from gpchol.cli.errors import CLIError, one_line
+from gpchol.cli.interrupt import InterruptWatch, exit_status
 from gpchol.cli.parsing import build_parser
 
 __all__ = ["CLIError", "build_parser", "main"]
+
+
+def _error(message: object) -> None:
+    print(f"gpchol: error: {one_line(message)}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Python warnings printed as ``gpchol: warning: ...`` (one line, no source line)."""
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        print(f"gpchol: warning: {one_line(message)}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
+def _stopped(e: BaseException, signum: int) -> int:
+    """Prints how the command was stopped by ``signum``; returns the exit status."""
+    word = "terminated" if signum == signal.SIGTERM else "interrupted"
+    checkpoint = getattr(e, "checkpoint", None)
+    hint = (
+        f" (checkpoint {checkpoint} is up to date: run the same command with --resume to continue)"
+        if checkpoint
+        else ""
+    )
+    print(f"gpchol: {word}{hint}", file=sys.stderr, flush=True)
+    return exit_status(signum)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,27 +101,57 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         0 on success, 1 when a fit did not succeed or a check failed (or on an internal
-        error), 2 on bad input (one line on stderr), 130 when interrupted.
+        error, or a file that cannot be written), 2 on bad input (one line on stderr),
+        130 when interrupted (SIGINT, Ctrl-C), 143 when terminated (SIGTERM).
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except CLIError as e:
+        _error(e)
+        return 2
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else 0
+    except KeyboardInterrupt as e:
+        return _stopped(e, signal.SIGINT)
     if args.command is None:
         parser.print_help()
         return 2
-    try:
-        return COMMANDS[args.command](args)
-    except (CLIError, ValueError, TypeError) as e:
-        print(f"gpchol: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("gpchol: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:
-        if os.environ.get("GPCHOL_DEBUG"):
+    with InterruptWatch() as watch, _one_line_warnings():
+        try:
+            return COMMANDS[args.command](args)
+        except KeyboardInterrupt as e:
+            return _stopped(e, signal.SIGINT)
+        except SystemExit as e:  # a fit stopped by SIGTERM (status 143) after its commit
+            if e.code == exit_status(signal.SIGTERM):
+                return _stopped(e, signal.SIGTERM)
             raise
-        print(
-            f"gpchol: internal error: {type(e).__name__}: {e} (set GPCHOL_DEBUG=1 for the "
-            "traceback)",
-            file=sys.stderr,
+        except Exception as e:
+            signum = watch.signalled()
+            if signum is not None:  # a signal that surfaced as another error
+                return _stopped(e, signum)
+            return _failed(e)
+
+
+def _failed(e: Exception) -> int:
+    """Prints the one line for a command that raised ``e``; returns the exit status."""
+    if isinstance(e, (CLIError, ValueError, TypeError)):
+        _error(e)
+        return 2
+    if isinstance(e, MemoryError):
+        _error(
+            "out of memory; use fewer rows or float32 (the estimate printed for a large fit "
+            "tells how much is needed)"
         )
         return 1
+    if isinstance(e, OSError):
+        _error(e)
+        return 1
+    if os.environ.get("GPCHOL_DEBUG"):
+        raise e
+    print(
+        f"gpchol: internal error: {type(e).__name__}: {one_line(e)} (set GPCHOL_DEBUG=1 for "
+        "the traceback)",
+        file=sys.stderr,
+    )
+    return 1

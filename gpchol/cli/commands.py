@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -29,14 +30,24 @@ import numpy as np
 
 import gpchol
 from gpchol import FitResult
-from gpchol._base.io import save_json_atomic, write_bytes_atomic
 from gpchol._cuda.ffi import cuda_unavailable_reason
 from gpchol.cli.csvio import format_predictions, read_csv
 from gpchol.cli.errors import CLIError
+from gpchol.cli.files import check_output, write_file
 from gpchol.cli.model import Model
+from gpchol.cli.resources import (
+    FIT_FLOPS,
+    FIT_MATRICES,
+    LARGE_N,
+    check_memory,
+    estimate,
+    format_bytes,
+    format_seconds,
+    machine_memory,
+)
 from gpchol.cli.spec import ModelSpec, SpecError
 
-__all__ = ["COMMANDS", "median_time", "run_check", "run_fit", "run_predict"]
+__all__ = ["COMMANDS", "announce_cost", "median_time", "run_check", "run_fit", "run_predict"]
 
 
 def median_time(fn: Callable[..., Any], *args: Any, repeat: int = 3) -> float:
@@ -64,11 +75,16 @@ def _float_dtype(float32: bool) -> type[np.floating]:
 
 # --------------------------------------------------------------------------------- check
 
+_CHECK_MATRICES = 14
+"""``n x n`` float64 matrices ``gpchol check`` holds (host copies, references, gradients)."""
+
 
 def run_check(args: argparse.Namespace) -> int:
     """``gpchol check``: every backend's factor and gradient against JAX's, with timings."""
     if args.n < 1:
         raise CLIError(f"--n must be >= 1 (got {args.n}).")
+    cost = estimate(args.n, 0, itemsize=8, matrices=_CHECK_MATRICES, flops_per_eval=1.0, rate=1.0)
+    check_memory(f"gpchol check --n {args.n}", cost.bytes, args.no_memory_check)
     dtype = _float_dtype(args.float32)
     rng = np.random.default_rng(args.seed)
     n = args.n
@@ -142,16 +158,91 @@ def _fit_data(args: argparse.Namespace) -> tuple[Model, str, float]:
     x_cols = [c.strip() for c in args.x.split(",") if c.strip()]
     if not x_cols:
         raise CLIError("--x needs at least one column name")
+    twice = [c for i, c in enumerate(x_cols) if c in x_cols[:i]]
+    if twice:
+        raise CLIError(f"--x names column {twice[0]!r} twice")
+    if args.y.strip() in x_cols:
+        raise CLIError(f"--y column {args.y.strip()!r} is also an input column in --x")
     try:
         spec = ModelSpec.parse(args.kernel or "rbf+white", len(x_cols))
     except SpecError as e:
         raise CLIError(str(e)) from None
-    X, y = read_csv(args.csv, x_cols, args.y, dropna=args.dropna, min_rows=3)
+    y_col = args.y.strip()
+    X, y = read_csv(args.csv, x_cols, y_col, dropna=args.dropna, min_rows=3)
     assert y is not None  # read with a target column
-    model = Model.standardized(spec, X, y, x_cols, args.y)
-    source = f"{args.csv}: {X.shape[0]} rows, x={','.join(x_cols)}, y={args.y}"
-    extrapolate = 0.1 * float(X[:, 0].max() - X[:, 0].min()) if X.shape[1] == 1 else 0.0
+    model = Model.standardized(spec, X, y, x_cols, y_col)
+    source = f"{args.csv}: {X.shape[0]} rows, x={','.join(x_cols)}, y={y_col}"
+    extrapolate = 0.0
+    if X.shape[1] == 1:  # a tenth of the range, where the end of the plot can be represented
+        hi, lo = float(X[:, 0].max()), float(X[:, 0].min())
+        extrapolate = 0.1 * hi - 0.1 * lo
+        if not math.isfinite(hi + extrapolate):
+            extrapolate = 0.0
     return model, source, extrapolate
+
+
+def _checkpoint_manifest(path: str) -> str:
+    """The file a checkpoint commits last (``<base>.json``; ``.json``/``.npz`` dropped)."""
+    for ext in (".json", ".npz"):
+        if path.endswith(ext):
+            path = path[: -len(ext)]
+    return path + ".json"
+
+
+def _fit_outputs(args: argparse.Namespace) -> tuple[str, str | None]:
+    """Checks every file the fit will write, before it starts: ``(model file, plot)``."""
+    out = args.out
+    inputs = {"the input CSV (--csv)": args.csv}
+    check_output(out, "--out", protect=inputs)
+    png = None
+    if not args.no_plot:
+        png = os.path.splitext(out)[0] + ".png"
+        if os.path.abspath(png) == os.path.abspath(out):
+            raise CLIError(
+                f"--out {out}: the plot would be written to the same file; give the model "
+                "file a .json name, or pass --no-plot"
+            )
+        check_output(png, "the plot (--out with .png)", protect=inputs)
+    if args.checkpoint:
+        check_output(
+            _checkpoint_manifest(args.checkpoint),
+            "--checkpoint",
+            protect=inputs | {"the model file (--out)": out, "the plot": png},
+        )
+    return out, png
+
+
+def announce_cost(
+    what: str, n: int, d: int, itemsize: int, *, evals: str, override: bool, extra: int = 0
+) -> None:
+    """Refuses work that cannot fit in memory; prints the estimate before a large one.
+
+    Args:
+        what: the work, for the messages (e.g. ``"the fit"``).
+        n: number of training points (the GP's matrices are ``n x n``).
+        d: number of input columns.
+        itemsize: bytes per number.
+        evals: how many evaluations of the likelihood and gradient the work takes (text).
+        override: ``--no-memory-check`` was given.
+        extra: bytes needed beyond the GP step's (e.g. the test points' cross-covariance).
+
+    Raises:
+        CLIError: the estimate exceeds the machine's memory (names the override flag).
+    """
+    base = estimate(n, d, itemsize=itemsize, matrices=FIT_MATRICES, flops_per_eval=1.0, rate=1.0)
+    need = base.bytes + extra
+    check_memory(f"{what} of n={n} points", need, override)
+    have = machine_memory()
+    if n < LARGE_N and (have is None or need < have // 4):
+        return
+    cost = estimate(n, d, itemsize=itemsize, matrices=FIT_MATRICES, flops_per_eval=FIT_FLOPS)
+    print(
+        f"gpchol: {what} of n={n} points needs about {format_bytes(need)} of memory"
+        + (f" (this machine: {format_bytes(have)})" if have else "")
+        + f" and roughly {format_seconds(cost.seconds_per_eval)} per evaluation of the "
+        f"likelihood and its gradient here ({evals}); Ctrl-C stops it",
+        flush=True,
+    )
 
 
 def _fit_model(
@@ -224,12 +315,18 @@ def _print_params(model: Model, params: dict[str, np.ndarray]) -> None:
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    """``gpchol fit``: fit, print the parameters, write the model file and the plot."""
+    """``gpchol fit``: fit, print the parameters, write the model file and the plot.
+
+    Every output path is checked first, the data read and standardized, the memory and
+    time estimated (printed for a large fit; refused, naming ``--no-memory-check``, when
+    it exceeds the machine's memory); only then does the fit start.
+    """
     t_start = time.perf_counter()
     if args.steps < 0:
         raise CLIError(f"--steps must be >= 0 (got {args.steps})")
     if args.resume and not args.checkpoint:
         raise CLIError("--resume needs --checkpoint PATH")
+    out, png = _fit_outputs(args)
     dtype = _float_dtype(args.float32)
     model, source, extrapolate = _fit_data(args)
     print(
@@ -237,13 +334,21 @@ def run_fit(args: argparse.Namespace) -> int:
         f"{args.optimizer}, up to {args.steps} steps",
         flush=True,
     )
+    n, d = model.X.shape
+    per_step = "one per Adam step" if args.optimizer == "adam" else "one to a few per L-BFGS step"
+    announce_cost(
+        "the fit",
+        n,
+        d,
+        np.dtype(dtype).itemsize,
+        evals=f"{per_step}, up to {args.steps} steps",
+        override=args.no_memory_check,
+    )
     result, params, lml = _fit_model(model, args, dtype)
     print(f"{result.message}")
     print(f"log marginal likelihood: {lml:.4f}  ({result.n_steps} steps)")
     _print_params(model, params)
-    out = args.out
-    png = os.path.splitext(out)[0] + ".png"
-    if not args.no_plot:
+    if png is not None:
         from gpchol.cli.plotting import plot_fit
 
         post = model.gp(params, dtype).condition(model.ys(model.y).astype(dtype))
@@ -256,8 +361,9 @@ def run_fit(args: argparse.Namespace) -> int:
         "source": source,
         "seconds": round(time.perf_counter() - t_start, 2),
     }
-    save_json_atomic(out, model.to_json(params, lml, result, info))
-    print(f"wrote {out}" + ("" if args.no_plot else f" and {png}"))
+    text = json.dumps(model.to_json(params, lml, result, info), indent=2) + "\n"
+    write_file(out, text.encode())
+    print(f"wrote {out}" + ("" if png is None else f" and {png}"))
     print(f"total time {info['seconds']:.1f} s")
     return 0 if result.success else 1
 
@@ -265,11 +371,45 @@ def run_fit(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------- predict
 
 
+_PREDICT_CHUNK_BYTES = 128 * 2**20
+"""The most memory one chunk of test points' cross-covariance may take."""
+
+
 def run_predict(args: argparse.Namespace) -> int:
-    """``gpchol predict``: posterior mean and std at the inputs of a CSV file."""
+    """``gpchol predict``: posterior mean and std at the inputs of a CSV file.
+
+    The model file is validated, the output path checked and the memory estimated before
+    the GP is conditioned; the test points go through in chunks (bounded memory, and
+    Ctrl-C acts between two of them).
+    """
+    if args.out:
+        check_output(
+            args.out,
+            "--out",
+            protect={"the input CSV (--csv)": args.csv, "the model file (--model)": args.model},
+        )
     dtype = _float_dtype(False)
     model, params = Model.from_json(args.model)
     Xs, _ = read_csv(args.csv, model.x_names, None, dropna=args.dropna, min_rows=1)
+    gs = model.xs(Xs)
+    bad = ~np.all(np.isfinite(gs), axis=1)
+    if np.any(bad):
+        row = int(np.flatnonzero(bad)[0]) + 1
+        raise CLIError(
+            f"data row {row} of {args.csv} is too far from the model's training data to be "
+            "standardized (its standardized value overflows)"
+        )
+    n, d = model.X.shape
+    chunk = max(1, min(Xs.shape[0], _PREDICT_CHUNK_BYTES // (8 * n)))
+    announce_cost(
+        "the prediction",
+        n,
+        d,
+        8,
+        evals="one, then the test points in chunks",
+        override=args.no_memory_check,
+        extra=3 * 8 * chunk * n,
+    )
     p = {k: jnp.asarray(v, dtype) for k, v in params.items()}
     post = model.gp(p, dtype).condition(jnp.asarray(model.ys(model.y), dtype))
     if not bool(np.isfinite(np.asarray(post.log_marginal_likelihood))):
@@ -277,9 +417,13 @@ def run_predict(args: argparse.Namespace) -> int:
             f"the model in {args.model} cannot be conditioned on its data (covariance not "
             "positive definite); refit it"
         )
-    gs = jnp.asarray(model.xs(Xs), dtype)
-    mean = np.asarray(post.mean(gs)) * model.y_scale + model.y_shift
-    var = np.asarray(post.variance(gs))
+    means, variances = [], []
+    for start in range(0, gs.shape[0], chunk):
+        part = jnp.asarray(gs[start : start + chunk], dtype)
+        means.append(np.asarray(post.mean(part)))
+        variances.append(np.asarray(post.variance(part)))
+    mean = np.concatenate(means) * model.y_scale + model.y_shift
+    var = np.concatenate(variances)
     noise = np.asarray(model.spec.build(p)[1], np.float64)
     text = format_predictions(
         model.x_names,
@@ -291,7 +435,7 @@ def run_predict(args: argparse.Namespace) -> int:
         },
     )
     if args.out:
-        write_bytes_atomic(args.out, text.encode())
+        write_file(args.out, text.encode())
         print(f"wrote {Xs.shape[0]} predictions to {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)

@@ -50,7 +50,8 @@ def read_csv(
         ``None`` without ``y_col``), float64.
 
     Raises:
-        CLIError: every problem, as one line that names the file, the column and the rows.
+        CLIError: every problem, as one line that names the file, the column and the rows
+            (among them a column asked for twice, or one whose name the header repeats).
     """
     if not os.path.exists(path):
         raise CLIError(f"no such file: {path}")
@@ -66,11 +67,21 @@ def read_csv(
         raise CLIError(f"{path} is empty (a header row with column names is needed)")
     header = [h.strip() for h in rows[0]]
     wanted = list(x_cols) + ([y_col] if y_col is not None else [])
+    twice = [c for i, c in enumerate(wanted) if c in wanted[:i]]
+    if twice:
+        raise CLIError(f"column {twice[0]!r} is asked for twice; name each column once")
     missing = [c for c in wanted if c not in header]
     if missing:
         raise CLIError(
             f"column {missing[0]!r} not found in {path}; its columns are: " + ", ".join(header)
         )
+    for c in wanted:
+        where = [i + 1 for i, h in enumerate(header) if h == c]
+        if len(where) > 1:
+            raise CLIError(
+                f"column {c!r} appears {len(where)} times in the header of {path} (columns "
+                f"{', '.join(map(str, where))}); rename the copies so that each name is unique"
+            )
     data = _numbers(rows[1:], [header.index(c) for c in wanted], wanted, path)
     bad = ~np.all(np.isfinite(data), axis=1)
     if np.any(bad):

@@ -6,7 +6,7 @@ the fitted parameters, so that ``gpchol predict`` rebuilds the GP from the file 
 Example:
     >>> import numpy as np
     >>> from gpchol.cli.model import Model
-    >>> from gpchol.cli.spec import ModelSpec
+    >>> from gpchol.cli.spec import ModelSpec, SpecError
     >>> X, y = np.array([[0.0], [1.0], [2.0]]), np.array([1.0, 3.0, 5.0])
     >>> m = Model.standardized(ModelSpec.parse("rbf+white", 1), X, y, ["t"], "y")
     >>> m.xs(X).ravel().round(3).tolist(), m.ys(y).round(3).tolist()
@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -29,9 +30,9 @@ import optax
 import gpchol
 from gpchol import FitResult, GaussianProcess
 from gpchol.cli.errors import CLIError
-from gpchol.cli.spec import ModelSpec
+from gpchol.cli.spec import ModelSpec, SpecError
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "Model", "data_hash", "versions"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "Model", "data_hash", "standardization", "versions"]
 
 FORMAT = "gpchol-fit"
 """The ``format`` field of a model file."""
@@ -68,6 +69,61 @@ def versions() -> dict[str, str]:
 def _plain(v: Any) -> Any:
     """A float or nested list of floats (JSON-ready) from an array or scalar."""
     return np.asarray(v, np.float64).tolist()
+
+
+_CONSTANT = 1e-12
+"""A column whose std is below this fraction of its largest magnitude counts as constant."""
+
+
+def standardization(v: np.ndarray, name: str) -> tuple[float, float]:
+    """``(shift, scale)`` of one column: its mean and std, computed without overflow.
+
+    The values are first divided by their largest magnitude ``m`` (so every one lies in
+    ``[-1, 1]`` and no sum or square can overflow), then ``shift = mean * m`` and
+    ``scale = std * m``. A (numerically) constant column gets scale 1.
+
+    Args:
+        v: ``(n,)`` finite values.
+        name: the column's name, for the message.
+
+    Returns:
+        ``(shift, scale)``, both finite, ``scale > 0``.
+
+    Raises:
+        CLIError: the column varies, but by less than the smallest normal float64.
+
+    Example:
+        >>> import numpy as np
+        >>> from gpchol.cli.model import standardization
+        >>> standardization(np.array([1e200, 2e200, 3e200]), "x")
+        (2e+200, 8.16496580927726e+199)
+    """
+    v = np.asarray(v, np.float64)
+    m = float(np.max(np.abs(v))) if v.size else 0.0
+    if m == 0.0:
+        return 0.0, 1.0
+    u = v / m
+    mu, s = float(u.mean()), float(u.std())
+    shift = mu * m
+    if s <= _CONSTANT:
+        return shift, 1.0
+    scale = s * m
+    if not scale >= np.finfo(np.float64).tiny:
+        raise CLIError(
+            f"column {name!r} varies too little to be standardized (std {scale:.3g}); rescale it"
+        )
+    return shift, scale
+
+
+def _standardize(v: np.ndarray, shift: Any, scale: Any) -> np.ndarray:
+    """``(v - shift) / scale``, or ``v / scale - shift / scale`` where the first overflows."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = (v - shift) / scale
+        bad = ~np.isfinite(z)
+        if np.any(bad):
+            alt = v / scale - np.asarray(shift) / scale
+            z = np.where(bad, alt, z)
+    return z
 
 
 class Model:
@@ -133,29 +189,37 @@ class Model:
     ) -> Model:
         """A model of the user's data, every column standardized by its mean and std.
 
-        A constant column keeps scale 1.
+        The mean and std are computed without overflow for any finite values (up to
+        ``1.8e308``, see :func:`standardization`); a constant column keeps scale 1.
+
+        Raises:
+            CLIError: a column varies too little (std below ``2.2e-308``) to standardize.
         """
-        x_scale = X.std(axis=0)
-        x_scale[x_scale == 0] = 1.0
+        X = np.asarray(X, np.float64)
+        y = np.asarray(y, np.float64)
+        x_shift, x_scale = np.zeros(X.shape[1]), np.ones(X.shape[1])
+        for j in range(X.shape[1]):
+            x_shift[j], x_scale[j] = standardization(X[:, j], x_names[j])
+        y_shift, y_scale = standardization(y, y_name)
         return cls(
             spec,
             X,
             y,
             x_names=x_names,
             y_name=y_name,
-            x_shift=X.mean(axis=0),
+            x_shift=x_shift,
             x_scale=x_scale,
-            y_shift=float(y.mean()),
-            y_scale=float(y.std()) or 1.0,
+            y_shift=y_shift,
+            y_scale=y_scale,
         )
 
     def xs(self, X: np.ndarray) -> np.ndarray:
-        """Standardized inputs, ``(m, d)``."""
-        return (np.asarray(X, np.float64) - self.x_shift) / self.x_scale
+        """Standardized inputs, ``(m, d)`` (non-finite where one cannot be represented)."""
+        return _standardize(np.asarray(X, np.float64), self.x_shift, self.x_scale)
 
     def ys(self, y: np.ndarray) -> np.ndarray:
         """Standardized targets, ``(m,)``."""
-        return (y - self.y_shift) / self.y_scale
+        return _standardize(np.asarray(y, np.float64), self.y_shift, self.y_scale)
 
     def gp(self, params: dict[str, Any], dtype: type[np.floating]) -> GaussianProcess:
         """The GP of the standardized training inputs for ``params`` (may be traced)."""
@@ -214,40 +278,181 @@ class Model:
 
     @classmethod
     def from_json(cls, path: str) -> tuple[Model, dict[str, np.ndarray]]:
-        """Reads a model file written by ``gpchol fit``.
+        """Reads and validates a model file written by ``gpchol fit``.
+
+        Every field is checked before anything is computed from it: the format and its
+        version (a file from a newer gpchol is refused, not guessed at), the kernel SPEC
+        and the parameters it needs (each present, no unknown one, of the right shape,
+        finite, positive where the kernel needs it), the standardization (finite, scales
+        positive), and the training data (shapes, finite values, the recorded hash).
 
         Returns:
             ``(model, params)`` with ``params`` a flat dict of float64 arrays.
 
         Raises:
-            CLIError: the file is missing, is not a model file, or its training data does
-                not match its recorded hash.
+            CLIError: one line naming the file and the first problem found.
         """
         if not os.path.exists(path):
             raise CLIError(f"no such model file: {path} (write one with `gpchol fit`)")
+        if os.path.isdir(path):
+            raise CLIError(f"model file {path} is a directory")
         try:
             with open(path, encoding="utf-8") as f:
                 m = json.load(f)
-            if m.get("format") != FORMAT:
-                raise KeyError("format")
-            k, st, data = m["kernel"], m["standardization"], m["data"]
-            spec = ModelSpec.parse(k["spec"], int(k["input_dim"]), float(k["fixed_noise"]))
-            X = np.asarray(data["X"], np.float64).reshape(-1, int(k["input_dim"]))
-            y = np.asarray(data["y"], np.float64)
-            model = cls(
-                spec,
-                X,
-                y,
-                x_names=data["x_columns"],
-                y_name=data["y_column"],
-                x_shift=np.asarray(st["x_shift"], np.float64),
-                x_scale=np.asarray(st["x_scale"], np.float64),
-                y_shift=st["y_shift"],
-                y_scale=st["y_scale"],
+        except json.JSONDecodeError as e:
+            raise CLIError(
+                f"model file {path} is not valid JSON (line {e.lineno}, column {e.colno}: "
+                f"{e.msg}); is it truncated? Refit with `gpchol fit`"
+            ) from None
+        except (OSError, UnicodeDecodeError, RecursionError, ValueError) as e:
+            raise CLIError(f"cannot read model file {path}: {e}") from None
+        return _ModelFile(path).read(m)
+
+
+class _ModelFile:
+    """The checks of one model file's content (:meth:`Model.from_json`)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def fail(self, problem: str) -> NoReturn:
+        raise CLIError(f"model file {self.path}: {problem}")
+
+    def section(self, obj: dict[str, Any], key: str) -> dict[str, Any]:
+        value = self.field(obj, key)
+        if not isinstance(value, dict):
+            self.fail(f"{key!r} must be a JSON object, not {type(value).__name__}")
+        return value
+
+    def field(self, obj: dict[str, Any], key: str, where: str = "") -> Any:
+        if key not in obj:
+            self.fail(f"{where}{key!r} is missing; refit with `gpchol fit`")
+        return obj[key]
+
+    def text(self, obj: dict[str, Any], key: str, where: str) -> str:
+        value = self.field(obj, key, where)
+        if not isinstance(value, str) or not value:
+            self.fail(f"{where}{key!r} must be a non-empty string")
+        return value
+
+    def integer(self, obj: dict[str, Any], key: str, where: str, minimum: int) -> int:
+        value = self.field(obj, key, where)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self.fail(f"{where}{key!r} must be an integer >= {minimum}, not {value!r}")
+        return value
+
+    def number(self, obj: dict[str, Any], key: str, where: str, positive: bool = False) -> float:
+        value = self.field(obj, key, where)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(f"{where}{key!r} must be a number, not {type(value).__name__}")
+        if not math.isfinite(value) or (positive and not value > 0):
+            self.fail(f"{where}{key!r} must be a finite{' positive' if positive else ''} number")
+        return float(value)
+
+    def array(
+        self, obj: dict[str, Any], key: str, where: str, shape: tuple[int, ...]
+    ) -> np.ndarray:
+        value = self.field(obj, key, where)
+        try:
+            if isinstance(value, (str, bool, dict)) or value is None:
+                raise TypeError
+            a = np.asarray(value, np.float64)
+        except (TypeError, ValueError, OverflowError):
+            self.fail(f"{where}{key!r} must be a number or a (nested) list of numbers")
+        if a.shape != shape:
+            self.fail(f"{where}{key!r} has shape {a.shape}; {shape} expected")
+        if not np.all(np.isfinite(a)):
+            self.fail(f"{where}{key!r} has non-finite values (NaN or inf)")
+        return a
+
+    def read(self, m: Any) -> tuple[Model, dict[str, np.ndarray]]:
+        if not isinstance(m, dict) or m.get("format") != FORMAT:
+            self.fail(f"not a gpchol model file (its 'format' is not {FORMAT!r})")
+        version = self.field(m, "format_version")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            self.fail(f"'format_version' must be an integer >= 1, not {version!r}")
+        if version > FORMAT_VERSION:
+            written = (
+                m.get("versions", {}).get("gpchol") if isinstance(m.get("versions"), dict) else None
             )
-            params = {name: np.asarray(v, np.float64) for name, v in m["params"].items()}
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CLIError(f"{path} is not a gpchol-fit.json model file ({e})") from None
+            by = f"gpchol {written}" if isinstance(written, str) else "a newer gpchol"
+            self.fail(
+                f"written by {by} in format version {version}; this gpchol "
+                f"({gpchol.__version__}) reads version {FORMAT_VERSION}: upgrade gpchol, or "
+                "refit the model with this one"
+            )
+        spec = self.spec(self.section(m, "kernel"))
+        d = spec.d
+        params = self.params(self.section(m, "params"), spec)
+        st = self.section(m, "standardization")
+        x_shift = self.array(st, "x_shift", "standardization ", (d,))
+        x_scale = self.array(st, "x_scale", "standardization ", (d,))
+        if not np.all(x_scale > 0):
+            self.fail("standardization 'x_scale' must be positive")
+        y_shift = self.number(st, "y_shift", "standardization ")
+        y_scale = self.number(st, "y_scale", "standardization ", positive=True)
+        data = self.section(m, "data")
+        x_names = self.field(data, "x_columns", "data ")
+        if (
+            not isinstance(x_names, list)
+            or len(x_names) != d
+            or not all(isinstance(c, str) and c for c in x_names)
+        ):
+            self.fail(
+                f"data 'x_columns' must be a list of {d} column name(s) (the kernel's input_dim)"
+            )
+        if len(set(x_names)) != d:
+            self.fail("data 'x_columns' names a column twice")
+        y_name = self.text(data, "y_column", "data ")
+        n = self.integer(data, "n", "data ", 1)
+        X = self.array(data, "X", "data ", (n, d))
+        y = self.array(data, "y", "data ", (n,))
         if data_hash(X, y) != data.get("sha256"):
-            raise CLIError(f"{path}: the training data does not match its recorded sha256")
+            self.fail("the training data does not match its recorded sha256")
+        model = Model(
+            spec,
+            X,
+            y,
+            x_names=x_names,
+            y_name=y_name,
+            x_shift=x_shift,
+            x_scale=x_scale,
+            y_shift=y_shift,
+            y_scale=y_scale,
+        )
         return model, params
+
+    def spec(self, k: dict[str, Any]) -> ModelSpec:
+        text = self.text(k, "spec", "kernel ")
+        d = self.integer(k, "input_dim", "kernel ", 1)
+        fixed_noise = self.number(k, "fixed_noise", "kernel ", positive=True)
+        try:
+            spec = ModelSpec.parse(text, d, fixed_noise)
+        except SpecError as e:
+            self.fail(f"kernel {text!r}: {e}")
+        learn_noise = k.get("learn_noise", spec.learn_noise)
+        if learn_noise is not spec.learn_noise:
+            self.fail(
+                f"kernel 'learn_noise' is {learn_noise!r} but the SPEC {text!r} "
+                f"{'has' if spec.learn_noise else 'has no'} 'white' term"
+            )
+        return spec
+
+    def params(self, p: dict[str, Any], spec: ModelSpec) -> dict[str, np.ndarray]:
+        init, transforms = spec.init_params(), spec.transforms()
+        names = ", ".join(init)
+        for name in init:
+            if name not in p:
+                self.fail(f"parameter {name!r} is missing (the kernel {spec.spec!r} has: {names})")
+        for name in p:
+            if name not in init:
+                self.fail(
+                    f"unknown parameter {name!r} for the kernel {spec.spec!r} (it has: {names})"
+                )
+        out = {}
+        for name, value in init.items():
+            a = self.array(p, name, "parameter ", np.shape(value))
+            if transforms[name] is not None and not np.all(a > 0):
+                self.fail(f"parameter {name!r} must be positive")
+            out[name] = a
+        return out

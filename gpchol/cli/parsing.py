@@ -1,5 +1,9 @@
 """The argument parser of the ``gpchol`` command (``check``, ``fit``, ``predict``).
 
+A bad argument raises :class:`~gpchol.cli.errors.CLIError` (one line, exit status 2)
+instead of argparse's usage text; numbers are checked here (``--steps`` an integer
+``>= 0``, ``--tol`` a finite number ``>= 0``, ``--learning-rate`` finite and positive).
+
 Example:
     >>> from gpchol.cli.parsing import build_parser
     >>> args = build_parser().parse_args(["fit", "--steps", "5", "--no-plot"])
@@ -10,15 +14,66 @@ Example:
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
+from typing import NoReturn
 
+from gpchol.cli.errors import CLIError
+from gpchol.cli.resources import MEMORY_FLAG
 from gpchol.cli.spec import KERNEL_NAMES
 
 __all__ = ["build_parser"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one-line ``CLIError`` exceptions."""
+
+    def error(self, message: str) -> NoReturn:
+        """Raises :class:`CLIError` (argparse would print the usage and exit)."""
+        raise CLIError(f"{message} (see `{self.prog} --help`)")
+
+
+def _integer(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, not {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def _number(*, positive: bool) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number {'> 0' if positive else '>= 0'}, not {text}"
+            )
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def _add_memory_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        MEMORY_FLAG,
+        action="store_true",
+        help="run even when the memory estimate exceeds this machine's memory",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser; ``args.command`` is the subcommand's name (``None`` without one)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gpchol",
         description="gpchol: differentiable tiled Cholesky and exact Gaussian processes.",
     )
@@ -36,10 +91,11 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
         description="Factor and differentiate a random SPD matrix with every available "
         "backend; compare with jnp.linalg.cholesky; print errors and timings.",
     )
-    p.add_argument("--n", type=int, default=1000, help="matrix size (default 1000)")
-    p.add_argument("--tile-size", type=int, default=None, help="tile size (default: auto)")
+    p.add_argument("--n", type=_integer(1), default=1000, help="matrix size (default 1000)")
+    p.add_argument("--tile-size", type=_integer(1), default=None, help="tile size (default: auto)")
     p.add_argument("--float32", action="store_true", help="use float32 (default float64)")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--seed", type=_integer(0), default=0, help="random seed")
+    _add_memory_flag(p)
 
 
 def _add_fit(sub: argparse._SubParsersAction) -> None:
@@ -57,18 +113,25 @@ def _add_fit(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--x", metavar="COLS", help="comma-separated input column names")
     p.add_argument("--y", metavar="COL", help="target column name")
     p.add_argument("--kernel", metavar="SPEC", help="kernel SPEC (default 'rbf+white')")
-    p.add_argument("--steps", type=int, default=200, help="max optimiser steps (default 200)")
+    p.add_argument(
+        "--steps", type=_integer(0), default=200, help="max optimiser steps (default 200)"
+    )
     p.add_argument("--optimizer", choices=("lbfgs", "adam"), default="lbfgs")
-    p.add_argument("--learning-rate", type=float, default=None, help="Adam step (0.05)")
-    p.add_argument("--tol", type=float, default=1e-9, help="relative loss-change tolerance")
+    p.add_argument(
+        "--learning-rate", type=_number(positive=True), default=None, help="Adam step (0.05)"
+    )
+    p.add_argument(
+        "--tol", type=_number(positive=False), default=1e-9, help="relative loss-change tolerance"
+    )
     p.add_argument("--float32", action="store_true", help="float32 (default float64)")
     p.add_argument("--checkpoint", metavar="PATH", help="checkpoint base path")
-    p.add_argument("--checkpoint-every", type=int, default=10, metavar="K")
+    p.add_argument("--checkpoint-every", type=_integer(1), default=10, metavar="K")
     p.add_argument("--resume", action="store_true", help="resume from --checkpoint")
     p.add_argument("--dropna", action="store_true", help="drop rows with NaN/inf/missing")
     p.add_argument("--out", default="gpchol-fit.json", help="model file (gpchol-fit.json)")
     p.add_argument("--no-plot", action="store_true", help="do not write the PNG plot")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    _add_memory_flag(p)
 
 
 def _add_predict(sub: argparse._SubParsersAction) -> None:
@@ -82,3 +145,4 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--csv", metavar="FILE", required=True, help="CSV with the input columns")
     p.add_argument("--out", metavar="FILE", help="output CSV (default: stdout)")
     p.add_argument("--dropna", action="store_true", help="drop rows with NaN/inf/missing")
+    _add_memory_flag(p)

@@ -20,12 +20,14 @@ Example:
 
 from __future__ import annotations
 
+import io
 import sys
 
 import jax.numpy as jnp
 import numpy as np
 
 from gpchol import Posterior
+from gpchol.cli.files import write_file
 from gpchol.cli.model import Model
 
 __all__ = ["plot_fit"]
@@ -41,7 +43,8 @@ def plot_fit(
 ) -> None:
     """Draws the data, the posterior mean and ±2σ (of a new observation) to ``path``.
 
-    Only for one input column (else a note on stderr and no file).
+    Only for one input column (else a note on stderr and no file). The PNG is drawn in
+    memory and written atomically with the user's umask (:func:`gpchol.cli.files.write_file`).
 
     Args:
         model: the model (raw data, standardization, names for the axes).
@@ -77,5 +80,7 @@ def plot_fit(
         f"gpchol GP fit ({model.spec.spec}), extrapolated {extrapolate:.3g}{unit} beyond the data"
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
+    write_file(path, buf.getvalue())

@@ -1,0 +1,171 @@
+"""The files the command line writes: checked before the work, written atomically.
+
+* :func:`check_output` is called for every output path (the model file, the plot, the
+  predictions, the checkpoint) before any long computation, so an unwritable path is
+  reported at once, not after the fit.
+* :func:`write_file` writes through a temporary file in the target's directory and
+  ``os.replace`` (a reader sees the old file or the complete new one), with the mode a
+  newly created file gets under the user's umask (``0o666 & ~umask``; a plain
+  ``tempfile.mkstemp`` file would stay ``0o600``).
+
+Example:
+    >>> import os, tempfile
+    >>> from gpchol.cli.files import check_output, file_mode, write_file
+    >>> path = os.path.join(tempfile.mkdtemp(), "out", "m.json")
+    >>> check_output(path, "--out")
+    >>> write_file(path, b"{}")
+    >>> open(path, "rb").read(), os.stat(path).st_mode & 0o777 == file_mode()
+    (b'{}', True)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+
+from gpchol.cli.errors import CLIError
+
+__all__ = ["check_output", "current_umask", "file_mode", "write_file"]
+
+_TMP_PREFIX = ".tmp-"
+
+
+def current_umask() -> int:
+    """The process's umask (read from ``/proc/self/status`` where it can be, unchanged).
+
+    Elsewhere it is read by setting and restoring it (``os.umask``).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def file_mode() -> int:
+    """The permission bits of a new file under the user's umask: ``0o666 & ~umask``."""
+    return 0o666 & ~current_umask()
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # a platform where directories cannot be opened
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_file(path: str | os.PathLike[str], data: bytes) -> None:
+    """Writes ``data`` to ``path`` atomically, with the user's umask's permissions.
+
+    A temporary file in the target's directory gets the data and the mode
+    :func:`file_mode`, is flushed to disk, then renamed over ``path`` (``os.replace``);
+    the temporary file is removed on every exit path Python sees (an exception,
+    ``KeyboardInterrupt``, ``SystemExit``). Missing directories are created.
+
+    Args:
+        path: the destination file.
+        data: its content.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=os.path.basename(path), dir=directory)
+        with os.fdopen(fd, "wb") as f:
+            if hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), file_mode())
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        tmp = None
+        _fsync_dir(directory)
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _same(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name the same file (existing or not)."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_output(path: str, flag: str, *, protect: Mapping[str, str | None] | None = None) -> None:
+    """Checks, before any long computation, that a file can be written at ``path``.
+
+    The path must not be a directory or a special file (a device, a pipe), must not be one
+    of the ``protect`` files, and its directory (or the nearest existing ancestor, when
+    directories are to be created) must take a new file: one is created there and removed.
+
+    Args:
+        path: the output file.
+        flag: how the user named it, for the message (e.g. ``"--out"``).
+        protect: ``description -> path`` of files the output must not overwrite (the
+            input CSV, the model file); ``None`` entries are skipped.
+
+    Raises:
+        CLIError: the path cannot be written, naming the flag, the path and why.
+
+    Example:
+        >>> import tempfile
+        >>> from gpchol.cli.files import check_output
+        >>> d = tempfile.mkdtemp()
+        >>> try:
+        ...     check_output(d, "--out")
+        ... except Exception as e:
+        ...     print(str(e).endswith("is a directory; give a file name"))
+        True
+    """
+    if not path or not path.strip():
+        raise CLIError(f"{flag} needs a file name")
+    full = os.path.abspath(path)
+    if os.path.isdir(full):
+        raise CLIError(f"{flag} {path} is a directory; give a file name")
+    if os.path.lexists(full) and not os.path.isfile(full):
+        raise CLIError(f"{flag} {path} exists and is not a regular file; give another name")
+    for what, other in (protect or {}).items():
+        if other is not None and _same(full, os.path.abspath(other)):
+            raise CLIError(f"{flag} {path} is {what}; writing it would overwrite that file")
+    directory = os.path.dirname(full)
+    while not os.path.lexists(directory):
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    if not os.path.isdir(directory):
+        raise CLIError(f"cannot write {flag} {path}: {directory} is not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".gpchol-probe-", dir=directory)
+    except OSError as e:
+        raise CLIError(
+            f"cannot write {flag} {path}: {e.strerror or e} in directory {directory}"
+        ) from None
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
