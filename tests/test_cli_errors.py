@@ -463,5 +463,10 @@ def test_interrupt_watch_ends_a_stuck_process_after_the_grace_period() -> None:
             time.sleep(0.1)
         time.sleep(0.1)
         assert exits == [130]
+        with InterruptWatch(grace=None, hard_exit=exits.append) as watch:  # main(argv): no exit
+            os.kill(os.getpid(), signal.SIGINT)
+            assert watch.signalled(timeout=5.0) == signal.SIGINT
+            time.sleep(0.3)
+        assert exits == [130]
     finally:
         signal.signal(signal.SIGINT, previous)

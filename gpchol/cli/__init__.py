@@ -51,7 +51,7 @@ from typing import TextIO
 
 from gpchol.cli.commands import COMMANDS
 from gpchol.cli.errors import CLIError, one_line
-from gpchol.cli.interrupt import InterruptWatch, exit_status
+from gpchol.cli.interrupt import GRACE_SECONDS, InterruptWatch, exit_status
 from gpchol.cli.parsing import build_parser
 
 __all__ = ["CLIError", "build_parser", "main"]
@@ -97,7 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the ``gpchol`` command; returns its exit status.
 
     Args:
-        argv: the arguments after the program name (default: ``sys.argv[1:]``).
+        argv: the arguments after the program name (default: ``sys.argv[1:]``). With the
+            default (the ``gpchol`` program), Ctrl-C ends the process within two seconds
+            even during a long compiled computation (:mod:`~gpchol.cli.interrupt`); with
+            an explicit list (a call from Python code), the process is never ended: the
+            ``KeyboardInterrupt`` comes when the computation returns.
 
     Returns:
         0 on success, 1 when a fit did not succeed or a check failed (or on an internal
@@ -117,7 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    with InterruptWatch() as watch, _one_line_warnings():
+    # As the program (argv from the command line), a computation that does not stop
+    # within GRACE_SECONDS of Ctrl-C is cut short by ending the process; called from
+    # Python with an argument list, the caller's process is never ended.
+    grace = GRACE_SECONDS if argv is None else None
+    with InterruptWatch(grace) as watch, _one_line_warnings():
         try:
             return COMMANDS[args.command](args)
         except KeyboardInterrupt as e:

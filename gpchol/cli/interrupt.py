@@ -55,7 +55,8 @@ class InterruptWatch:
     watcher thread ends.
 
     Args:
-        grace: seconds the main thread has to stop by itself.
+        grace: seconds the main thread has to stop by itself; ``None``: no deadline (the
+            signal is only recorded, :meth:`signalled`).
         hard_exit: called with the exit status when the deadline passes (default
             ``os._exit``; tests pass a recorder).
 
@@ -64,9 +65,11 @@ class InterruptWatch:
     """
 
     def __init__(
-        self, grace: float = GRACE_SECONDS, hard_exit: Callable[[int], object] = os._exit
+        self,
+        grace: float | None = GRACE_SECONDS,
+        hard_exit: Callable[[int], object] = os._exit,
     ) -> None:
-        self.grace = float(grace)
+        self.grace = None if grace is None else float(grace)
         self.received: int | None = None
         self._hard_exit = hard_exit
         self._done = threading.Event()
@@ -123,7 +126,7 @@ class InterruptWatch:
                     self.received = signum
                     self._got.set()
                     # the main thread has `grace` seconds to stop and leave the watch
-                    if not self._done.wait(self.grace):
+                    if self.grace is not None and not self._done.wait(self.grace):
                         self._expire(signum)
                         return
 
