@@ -89,6 +89,7 @@ CSV = ["--csv", "ok.csv", "--x", "a", "--y", "b"]
         (["frobnicate"], ["invalid choice", "frobnicate"]),
         (["predict"], ["--csv"]),
         (["fit", "--resume"], ["--resume needs --checkpoint"]),
+        (["fit", "--csv", "ok.csv", "--x", "a", "--y", " "], ["--csv needs --x COLS", "--y COL"]),
         (["check", "--n", "0"], ["--n", "must be >= 1"]),
         (["check", "--n", "10000000"], ["needs about", "--no-memory-check"]),
     ],

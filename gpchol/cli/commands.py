@@ -153,7 +153,7 @@ def _fit_data(args: argparse.Namespace) -> tuple[Model, str, float]:
         if args.x or args.y or args.kernel:
             raise CLIError("--x, --y and --kernel need --csv FILE")
         return Model.co2(), "embedded Mauna Loa CO2, monthly means (n=521)", 10.0
-    if not args.x or not args.y:
+    if not args.x or not args.y or not args.y.strip():
         raise CLIError("--csv needs --x COLS (comma-separated) and --y COL")
     x_cols = [c.strip() for c in args.x.split(",") if c.strip()]
     if not x_cols:

@@ -2,11 +2,12 @@ r"""Memory and time estimates of an exact GP on ``n`` points, printed before a l
 
 An exact GP step (the log marginal likelihood and its gradient) holds a few ``n x n``
 matrices at once: the covariance, its Cholesky factor and the adjoint of the backward
-pass (measured: two to three of them in float64 beside the runtime's own half GiB), and
-costs a few ``n^3`` flops. :func:`estimate` turns that into bytes and seconds on this
-machine (its speed measured by a short matrix product), :func:`machine_memory` gives the
-memory the process may use (physical memory, or a smaller cgroup limit), and
-:func:`check_memory` refuses, naming the override flag, a computation that cannot fit.
+pass (measured: about two of them in float64 beside the runtime's own half GiB; three
+are counted, for headroom), and costs a few ``n^3`` flops. :func:`estimate` turns that
+into bytes and seconds on this machine (its speed measured by a short matrix product),
+:func:`machine_memory` gives the memory the process may use (physical memory, or a
+smaller cgroup limit), and :func:`check_memory` refuses, naming the override flag, a
+computation that cannot fit.
 
 Example:
     >>> from gpchol.cli.resources import estimate, format_bytes
@@ -43,7 +44,8 @@ __all__ = [
 LARGE_N = 2000
 """From this many points on, the estimate is printed before the work starts."""
 FIT_MATRICES = 3
-"""``n x n`` matrices a fit step holds at once (measured: 2 to 3)."""
+"""``n x n`` matrices counted for a fit step (measured: about 2 at once; one more for
+headroom)."""
 FIT_FLOPS = 3.0
 """Flops of one loss-and-gradient evaluation, in units of ``n^3`` (measured: 2 to 4x a
 matrix product's rate; Cholesky, the triangular solves and the backward pass)."""
