@@ -217,6 +217,9 @@ def announce_cost(
 ) -> None:
     """Refuses work that cannot fit in memory; prints the estimate before a large one.
 
+    The estimate (one line on stderr) is printed from :data:`LARGE_N` points on, or when
+    the work needs a quarter of the machine's memory or more.
+
     Args:
         what: the work, for the messages (e.g. ``"the fit"``).
         n: number of training points (the GP's matrices are ``n x n``).
@@ -241,6 +244,7 @@ def announce_cost(
         + (f" (this machine: {format_bytes(have)})" if have else "")
         + f" and roughly {format_seconds(cost.seconds_per_eval)} per evaluation of the "
         f"likelihood and its gradient here ({evals}); Ctrl-C stops it",
+        file=sys.stderr,  # stdout may be the predictions' CSV
         flush=True,
     )
 
