@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -72,6 +73,16 @@ PROBLEM = textwrap.dedent(
         return fit(loss, L0, **KW_LOSS, **kw)
     """
 )
+
+
+@pytest.fixture(autouse=True)
+def _sigint_as_in_a_terminal() -> Any:
+    """SIGINT raising KeyboardInterrupt, as in a terminal: a test run started in the
+    background of a non-interactive shell inherits SIGINT ignored (and a fit leaves an
+    ignored signal ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def _problem(steps: int) -> dict[str, Any]:
@@ -183,6 +194,25 @@ def test_plain_loss_fingerprints_closed_over_arrays(tmp_path: pathlib.Path) -> N
     assert fit(make(target.copy()), jnp.zeros(3), **kw).n_steps == 5
 
 
+def test_kernel_pytree_params_resume(tmp_path: pathlib.Path) -> None:
+    # parameters that are a kernel (default transforms): equal trees fingerprint equal
+    X = np.linspace(0.0, 3.0, 8)[:, None] * np.ones((1, 2))
+    y = np.cos(X[:, 0])
+
+    def build(k: Any) -> GaussianProcess:
+        return GaussianProcess(k, X, noise=0.1)
+
+    def p0(ls: Any) -> Any:
+        return 1.0 * kernels.ExpSquared(ls) + kernels.Matern32(0.5)
+
+    kw = dict(optimizer="adam", steps=3, progress=False, checkpoint=tmp_path / "k")
+    first = fit(build, p0(np.ones(2)), y, **kw)
+    again = fit(build, p0(np.ones(2)), y, **kw)
+    assert again.loss == first.loss and _assert_one_checkpoint(tmp_path, "k")
+    with pytest.raises(ValueError, match=r"parameters: checkpoint PyTreeDef\(CustomNode\(Sum"):
+        fit(build, p0(1.0), y, **kw)
+
+
 # ------------------------------------------------------------------------ damaged files
 
 
@@ -275,6 +305,29 @@ def test_failed_write_keeps_previous_checkpoint(
     res = fit(build, P0, Y, checkpoint=ck, **KW)  # and resumes (the orphan is swept)
     assert res.n_steps == 12
     _assert_one_checkpoint(tmp_path)
+
+
+def test_one_fit_per_checkpoint_path(tmp_path: pathlib.Path) -> None:
+    # a second fit on a checkpoint in use would sweep the first's files: refused
+    def loss(p: Any) -> Any:
+        return jnp.sum((p - 1.0) ** 2)
+
+    kw = dict(optimizer="adam", steps=3, progress=False, checkpoint=tmp_path / "c")
+    errors: list[BaseException] = []
+
+    def nested(step: int, params: Any, v: float) -> None:
+        if step == 1:
+            assert (tmp_path / "c.lock").exists()
+            try:
+                fit(loss, jnp.zeros(2), **kw)
+            except ValueError as e:
+                errors.append(e)
+
+    res = fit(loss, jnp.zeros(2), callback=nested, **kw)
+    assert res.n_steps == 3 and len(errors) == 1
+    assert type(errors[0]).__name__ == "CheckpointError"
+    assert str(tmp_path / "c.lock") in str(errors[0]) and "another fit" in str(errors[0])
+    _assert_one_checkpoint(tmp_path, "c")  # the lock is gone with the fit
 
 
 def test_divergence_keeps_last_good_params_and_checkpoint(tmp_path: pathlib.Path) -> None:
@@ -384,11 +437,42 @@ def test_second_signal_raises_at_once_and_own_handler_is_honoured(
     assert seen == [signal.SIGTERM] and res.n_steps == 20
 
 
+def test_handlers_only_while_fitting_in_the_main_thread() -> None:
+    seen: dict[str, Any] = {}
+
+    def record(where: str) -> Callable[[int, Any, float], None]:
+        def cb(step: int, params: Any, loss: float) -> None:
+            seen[where] = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+
+        return cb
+
+    def run(where: str) -> None:
+        fit(lambda p: jnp.sum((p - 1.0) ** 2), jnp.zeros(2), optimizer="adam", steps=2,
+            progress=False, callback=record(where))  # fmt: skip
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    run("main")
+    assert all(h not in before for h in seen["main"])  # the fit's own, while it runs
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    t = threading.Thread(target=run, args=("thread",))
+    t.start()
+    t.join()
+    assert seen["thread"] == before  # not the main thread: nothing installed
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        run("ignored")
+        assert seen["ignored"][0] == signal.SIG_IGN  # ignored stays ignored
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 # ------------------------------------------------------- signals at random, other process
 
 CHILD = textwrap.dedent(
     """
-    import os, sys
+    import os, signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
     import jax
     jax.config.update("jax_enable_x64", True)
     from gpchol import fit

@@ -11,7 +11,8 @@ A :class:`~gpchol._fit.state.FitState` on disk, committed in one atomic step:
 
 So at every instant ``<base>.json`` names a complete arrays file that is on disk: a crash,
 ``SIGKILL``, ``SIGINT`` or ``SIGTERM`` at any point leaves the previous checkpoint or the
-new one, never a mix. One writer per checkpoint path at a time.
+new one, never a mix. One fit at a time uses a checkpoint path: :class:`CheckpointLock`
+holds ``<base>.lock`` (an advisory ``flock``, POSIX) while it runs and refuses a second.
 
 The manifest holds the format name and version, the arrays file and its hash, the
 fingerprint of the fit that wrote it (:mod:`gpchol._fit.fingerprint`) and the metadata of
@@ -43,8 +44,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import zipfile
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 import jax
@@ -68,6 +71,7 @@ __all__ = [
     "FORMAT",
     "VERSION",
     "CheckpointError",
+    "CheckpointLock",
     "arrays_files",
     "checkpoint_exists",
     "load_checkpoint",
@@ -174,6 +178,83 @@ def checkpoint_exists(path: str | os.PathLike[str]) -> bool:
     return os.path.exists(manifest_path(path))
 
 
+class CheckpointLock:
+    """``<base>.lock``, held (``flock``) by the one fit that uses a checkpoint path.
+
+    A context manager: entering creates and locks the file, or raises
+    :class:`CheckpointError` when another fit (in this process or another) holds it;
+    leaving removes it. Where ``fcntl`` is missing (Windows) it does nothing. A lock left
+    by a killed process is free again (the kernel drops it), so nothing is to be cleaned.
+
+    Args:
+        path: the checkpoint's base path (see :func:`manifest_path`).
+
+    Example:
+        >>> import os, tempfile
+        >>> from gpchol._fit.checkpoint import CheckpointError, CheckpointLock
+        >>> base = os.path.join(tempfile.mkdtemp(), "ck")
+        >>> with CheckpointLock(base):
+        ...     try:
+        ...         CheckpointLock(base).__enter__()
+        ...     except CheckpointError as e:
+        ...         print("refused:", "another fit" in str(e))
+        refused: True
+        >>> os.path.exists(base + ".lock")
+        False
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = _base(path) + ".lock"
+        self._fd: int | None = None
+
+    def __enter__(self) -> CheckpointLock:
+        if sys.platform == "win32":
+            return self
+        import fcntl
+
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError as e:
+                raise CheckpointError(
+                    self.path, f"cannot be created ({e.strerror or e}): is the directory writable?"
+                ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise CheckpointError(
+                    self.path,
+                    "is held by another fit that is running on this checkpoint (one fit per "
+                    "checkpoint path at a time): wait for it to end, or use another path.",
+                ) from None
+            try:  # the file may have been removed and made anew between open and flock
+                st, now = os.fstat(fd), os.stat(self.path)
+                same = (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
+            except OSError:
+                same = False
+            if same:
+                self._fd = fd
+                return self
+            os.close(fd)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.path)  # while still locked: a waiter re-checks the inode
+        except OSError:
+            pass
+        os.close(self._fd)  # releases the lock
+        self._fd = None
+
+
 def _numbered(prefix: str, tree: Any) -> dict[str, np.ndarray]:
     """``{prefix_0: leaf 0, prefix_1: leaf 1, ...}`` as NumPy arrays."""
     leaves = jax.tree_util.tree_leaves(tree)
@@ -187,7 +268,7 @@ def _sweep(base: str, keep: str) -> None:
     arrays = _arrays_pattern(base)
     tmp = re.compile(
         re.escape(TMP_PREFIX)
-        + r".*?"
+        + r"[a-z0-9_]{8}"  # tempfile.mkstemp's random part
         + re.escape(name)
         + rf"(\.json|\.[0-9a-f]{{{_HASH_CHARS}}}\.npz)"
     )

@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -53,6 +54,7 @@ import optax
 
 from gpchol._base.transforms import to_constrained, to_unconstrained
 from gpchol._fit.checkpoint import (
+    CheckpointLock,
     checkpoint_exists,
     load_checkpoint,
     manifest_path,
@@ -198,8 +200,9 @@ def fit(
         key: a ``jax.random`` key for the restarts.
         restart_scale: standard deviation of the restart perturbations.
         checkpoint: base path of the checkpoint: the manifest ``<path>.json`` and the
-            arrays file ``<path>.<hash>.npz`` it names (one writer per path at a time);
-            ``None``: no checkpoints.
+            arrays file ``<path>.<hash>.npz`` it names; ``<path>.lock`` exists while the
+            fit runs (one fit per path at a time: a second is refused). ``None``: no
+            checkpoints.
         checkpoint_every: commit the checkpoint every this many steps (and at the end of
             each start, and on ``SIGINT``/``SIGTERM``).
         resume: continue from the checkpoint when it exists (else start over; the old
@@ -225,7 +228,8 @@ def fit(
             ``ValueError``) with ``resume=True``, a checkpoint written by another fit
             (the message names each difference), of another format version, or damaged
             (not valid JSON, arrays file missing, truncated or not matching its hash);
-            the message names the file.
+            or the checkpoint is in use by another running fit. The message names the
+            file.
         KeyboardInterrupt: on ``SIGINT`` (Ctrl-C) while the fit runs in the main thread:
             the step under way is finished, the state committed to the checkpoint, and
             :class:`~gpchol._fit.signals.FitInterrupted` (a ``KeyboardInterrupt``) raised;
@@ -299,19 +303,22 @@ def fit(
         checkpoint_every=int(checkpoint_every),
         fingerprint=fp,
     )
-    state = _initial_state(plan, raw_key, resume)
-    label = f"gpchol fit [{opt_name}]"
-    bar = ProgressLine(progress, plan.steps, label)
-    guard = SignalGuard(None if plan.checkpoint is None else manifest_path(plan.checkpoint))
-    try:
-        with guard:
-            while state.restart < plan.n_starts:
-                if plan.n_starts > 1:
-                    bar.label = f"{label} start {state.restart + 1}/{plan.n_starts}"
-                _run_start(plan, state, bar, guard)
-            _deliver(plan, state, guard, saved=True)  # a signal during the last commit
-    finally:
-        bar.close()
+    with contextlib.ExitStack() as stack:
+        if plan.checkpoint is not None:
+            stack.enter_context(CheckpointLock(plan.checkpoint))
+        state = _initial_state(plan, raw_key, resume)
+        label = f"gpchol fit [{opt_name}]"
+        bar = ProgressLine(progress, plan.steps, label)
+        guard = SignalGuard(None if plan.checkpoint is None else manifest_path(plan.checkpoint))
+        try:
+            with guard:
+                while state.restart < plan.n_starts:
+                    if plan.n_starts > 1:
+                        bar.label = f"{label} start {state.restart + 1}/{plan.n_starts}"
+                    _run_start(plan, state, bar, guard)
+                _deliver(plan, state, guard, saved=True)  # a signal during the last commit
+        finally:
+            bar.close()
     return _result(plan, state, has_y=y is not None)
 
 

@@ -16,8 +16,9 @@ dict of short, human-readable strings, one per component:
 * ``model``: for GP fits, the model built at the initial parameters (its pytree
   structure, e.g. the kernel and mean types and the jitter, and the dtype, shape and
   SHA-256 of its arrays: inputs ``X``, noise, mean, ...);
-* ``loss data``: for a plain loss, the dtype, shape and SHA-256 of the arrays it closes
-  over (the constants of its traced computation);
+* ``loss data``: for a plain loss (or a model that is not a pytree of arrays), the
+  dtype, shape and SHA-256 of the arrays the loss closes over (the constants of its
+  traced computation; Python scalars written into the code are not among them);
 * ``user``: the SHA-256 of the ``fingerprint`` argument of :func:`gpchol.fit`, when given.
 
 Example:
@@ -131,13 +132,19 @@ def _transforms(transforms: Any) -> str:
     return f"{_clean(str(treedef))} [{', '.join(_clean(repr(t)) for t in leaves)}]"
 
 
-def _model(build: Callable[[Any], Any], params: Any) -> str:
-    """The model built at ``params``: its pytree structure and the digest of its leaves."""
+def _model(build: Callable[[Any], Any], params: Any) -> str | None:
+    """The model built at ``params``: its pytree structure and the digest of its leaves.
+
+    ``None`` when it cannot be built outside ``jit`` or holds no array as a pytree leaf
+    (a model class that is not a pytree): then the loss's constants stand in for it.
+    """
     try:
         model = build(params)
-    except Exception as e:  # the step traces it anyway; its error is the one to show
-        return f"not built ({type(e).__name__})"
+    except Exception:  # the step traces it anyway; its error is the one to show
+        return None
     leaves, treedef = jax.tree_util.tree_flatten(model)
+    if all(_leaf_array(x) is None for x in leaves):
+        return None
     return f"{_clean(str(treedef))} {_arrays_summary(leaves)}"
 
 
@@ -215,9 +222,11 @@ def fit_fingerprint(
         "restarts": f"restarts={int(restarts)}, restart_scale={float(restart_scale)!r}, "
         f"key {np.asarray(key).tolist()}",
     }
+    model = None if y is None else _model(build_or_loss, params)
     if y is not None:
         fp["y"] = _arrays_summary([y])
-        fp["model"] = _model(build_or_loss, params)
+    if model is not None:
+        fp["model"] = model
     else:
         fp["loss data"] = _loss_data(loss_u, u0)
     if user is not None:
