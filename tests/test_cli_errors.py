@@ -425,6 +425,17 @@ def test_signal_that_surfaces_as_another_error_still_reads_interrupted(
     assert_one_line(err, "gpchol: interrupted", prefix="gpchol:")
 
 
+def test_closed_stdout_pipe_ends_quietly(
+    d: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(args: Any) -> int:
+        raise BrokenPipeError(32, "Broken pipe")  # `gpchol predict ... | head`
+
+    _command(monkeypatch, fail)
+    rc, _, err = run_cli(capsys, "check")
+    assert rc == 141 and err == ""
+
+
 def test_warnings_are_one_line(
     d: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -446,19 +457,24 @@ def test_help_returns_zero(capsys: pytest.CaptureFixture[str]) -> None:
 # ------------------------------------------------------------------------------ Ctrl-C
 
 
-def test_interrupt_watch_ends_a_stuck_process_after_the_grace_period() -> None:
+def test_interrupt_watch_ends_a_stuck_process_after_the_grace_period(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     # A handler that only records the signal, as gpchol.fit's does during a step: without
     # the watch, nothing would act on Ctrl-C until the (compiled) step returned.
     seen: list[int] = []
     exits: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda s, f: seen.append(s))
     try:
-        with InterruptWatch(grace=0.2, hard_exit=exits.append) as watch:
+        with InterruptWatch(grace=0.2, hard_exit=exits.append, note="see ck.json") as watch:
             os.kill(os.getpid(), signal.SIGINT)
             deadline = time.monotonic() + 10
             while not exits and time.monotonic() < deadline:
                 time.sleep(0.01)
         assert exits == [130] and watch.received == signal.SIGINT
+        assert_one_line(
+            capfd.readouterr().err, "stopped; see ck.json", prefix="gpchol: interrupted"
+        )
         with InterruptWatch(grace=5.0, hard_exit=exits.append):  # stops in time: no exit
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.1)

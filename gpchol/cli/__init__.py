@@ -41,6 +41,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
@@ -80,6 +81,17 @@ def _one_line_warnings() -> Iterator[None]:
         yield
 
 
+def _resume_note(args: argparse.Namespace) -> str:
+    """What an interrupted fit's user can do: resume from the checkpoint, if there is one."""
+    checkpoint = getattr(args, "checkpoint", None)
+    if not checkpoint:
+        return ""
+    return (
+        f"checkpoint {checkpoint} holds the last committed step: run the same command with "
+        "--resume to continue"
+    )
+
+
 def _stopped(e: BaseException, signum: int) -> int:
     """Prints how the command was stopped by ``signum``; returns the exit status."""
     word = "terminated" if signum == signal.SIGTERM else "interrupted"
@@ -106,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         0 on success, 1 when a fit did not succeed or a check failed (or on an internal
         error, or a file that cannot be written), 2 on bad input (one line on stderr),
-        130 when interrupted (SIGINT, Ctrl-C), 143 when terminated (SIGTERM).
+        130 when interrupted (SIGINT, Ctrl-C), 143 when terminated (SIGTERM), 141
+        (silently) when the reader of stdout went away (a closed pipe).
     """
     parser = build_parser()
     try:
@@ -125,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # within GRACE_SECONDS of Ctrl-C is cut short by ending the process; called from
     # Python with an argument list, the caller's process is never ended.
     grace = GRACE_SECONDS if argv is None else None
-    with InterruptWatch(grace) as watch, _one_line_warnings():
+    with InterruptWatch(grace, note=_resume_note(args)) as watch, _one_line_warnings():
         try:
             return COMMANDS[args.command](args)
         except KeyboardInterrupt as e:
@@ -152,6 +165,13 @@ def _failed(e: Exception) -> int:
             "tells how much is needed)"
         )
         return 1
+    if isinstance(e, BrokenPipeError):  # e.g. `gpchol predict ... | head`: the reader left
+        try:  # no error at exit either, when Python flushes stdout
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return exit_status(getattr(signal, "SIGPIPE", 13))
     if isinstance(e, OSError):
         _error(e)
         return 1

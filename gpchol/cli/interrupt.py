@@ -59,6 +59,8 @@ class InterruptWatch:
             signal is only recorded, :meth:`signalled`).
         hard_exit: called with the exit status when the deadline passes (default
             ``os._exit``; tests pass a recorder).
+        note: what the line printed at the deadline says about the files on disk (e.g.
+            where the last checkpoint is); default: that they are as last written.
 
     Attributes:
         received: the first SIGINT/SIGTERM received while watching, or ``None``.
@@ -68,8 +70,10 @@ class InterruptWatch:
         self,
         grace: float | None = GRACE_SECONDS,
         hard_exit: Callable[[int], object] = os._exit,
+        note: str = "",
     ) -> None:
         self.grace = None if grace is None else float(grace)
+        self.note = note
         self.received: int | None = None
         self._hard_exit = hard_exit
         self._done = threading.Event()
@@ -144,8 +148,8 @@ class InterruptWatch:
     def _expire(self, signum: int) -> None:
         """Prints the line and ends the process: the main thread did not stop in time."""
         line = (
-            f"\ngpchol: {_WATCHED[signum]} (the computation under way was stopped; files "
-            "on disk are as last written)\n"
+            f"\ngpchol: {_WATCHED[signum]} (the computation under way was stopped; "
+            f"{self.note or 'files on disk are as last written'})\n"
         )
         try:
             os.write(sys.stderr.fileno(), line.encode())
