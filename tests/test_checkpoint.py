@@ -467,6 +467,27 @@ def test_handlers_only_while_fitting_in_the_main_thread() -> None:
         signal.signal(signal.SIGINT, previous)
 
 
+def test_signal_in_a_fit_inside_a_fit_stops_both(tmp_path: pathlib.Path) -> None:
+    def loss(p: Any) -> Any:
+        return jnp.sum((p - 1.0) ** 2)
+
+    kw = dict(optimizer="adam", steps=5, progress=False)
+
+    def inner(step: int, params: Any, v: float) -> None:
+        if step == 1:
+            cb = _send_at(2, signal.SIGINT)
+            fit(loss, jnp.zeros(2), checkpoint=tmp_path / "in", callback=cb, **kw)
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt, match="SIGINT after step 2") as info:
+        fit(loss, jnp.zeros(2), checkpoint=tmp_path / "out", callback=inner, **kw)
+    assert str(tmp_path / "in.json") in str(info.value)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    meta = json.loads((tmp_path / "in.json").read_text())
+    assert meta["state"]["step"] == 2 and not (tmp_path / "out.json").exists()
+    assert not _tmp_files(tmp_path) and not list(tmp_path.glob("*.lock"))
+
+
 # ------------------------------------------------------- signals at random, other process
 
 CHILD = textwrap.dedent(

@@ -177,15 +177,16 @@ class SignalGuard:
 
         Raises :class:`FitInterrupted` for ``SIGINT`` and :class:`FitTerminated` for
         ``SIGTERM`` with ``message``; where the previous handler was a Python function of
-        the caller's (not Python's default SIGINT handler), calls it instead and returns
-        if it does.
+        the caller's (not Python's default SIGINT handler, nor that of a fit this one
+        runs inside), calls it instead and returns if it does.
         """
         signum, frame = self.pending, self._frame
         if signum is None:
             return
         self.pending, self._frame = None, None
         previous = self._previous.get(signum)
-        if callable(previous) and previous is not signal.default_int_handler:
+        outer_fit = isinstance(getattr(previous, "__self__", None), SignalGuard)
+        if callable(previous) and previous is not signal.default_int_handler and not outer_fit:
             previous(signum, frame)
             return
-        raise _exception(signum, message, self.checkpoint)
+        raise _exception(signum, message, self.checkpoint)  # (a fit inside a fit: both stop)
