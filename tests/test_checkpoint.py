@@ -60,7 +60,7 @@ PROBLEM = textwrap.dedent(
     T = np.linspace(-1.0, 1.0, 7)
     YT = 0.5 * T - 0.2 + 0.05 * np.sin(9.0 * T)
     L0 = {"a": 0.0, "b": 0.0}
-    KW_LOSS = dict(optimizer="adam", learning_rate=0.002, steps=STEPS, tol=0.0, progress=False)
+    KW_LOSS = dict(optimizer="adam", learning_rate=0.002, steps=5 * STEPS, tol=0.0, progress=False)
 
 
     def loss(p):  # a plain loss (fast to compile) over arrays it closes over
@@ -584,6 +584,6 @@ def test_signals_at_random_times_leave_a_resumable_checkpoint(
     for (kind, sig), d in zip(tries, dirs, strict=True):
         if sig != signal.SIGKILL:
             assert not _tmp_files(d), (sig, _files(d))  # removed on the way out
-        res = ns["run"](fit, kind, checkpoint=d / "ck", checkpoint_every=RANDOM_STEPS)
+        res = ns["run"](fit, kind, checkpoint=d / "ck", checkpoint_every=10 * RANDOM_STEPS)
         _same_result(res, refs[kind])
         _assert_one_checkpoint(d)  # one commit; the resume swept what a kill left
