@@ -20,6 +20,13 @@ kernel's VJP by blocks of rows: :class:`_GPCovariance`), never
 ``Xs`` (Rasmussen & Williams 2006, Alg. 2.1): ``mean = m(Xs) + Ks^T alpha`` with
 ``alpha = K^-1 (y - m)``, ``cov = k(Xs, Xs) - V^T V`` with ``V = L^-1 Ks``.
 
+An exactly singular ``K`` (duplicated inputs, zero noise) can factor with status 0 and give
+a finite likelihood, as in LAPACK and every peer library. :meth:`GaussianProcess.diagnostics`
+reports the factor's pivot ratio (an upper bound on ``1 / cond_2(K)``) and flags such a
+``K`` as ``singular``; the eager methods (called outside ``jit``/``vmap``/``grad``) warn
+with :class:`~gpchol._gp.diagnostics.SingularCovarianceWarning` when a finite result comes
+from it.
+
 Example:
     >>> import jax, jax.numpy as jnp
     >>> from gpchol import kernels
@@ -35,6 +42,7 @@ Example:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +54,7 @@ from jax.typing import ArrayLike, DTypeLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
 from gpchol._base.validate import as_inputs, check_jitter, check_tile_size, is_concrete
+from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
 from gpchol._linalg.backends import resolve_backend, tile_for
 from gpchol._linalg.blocks import trsm
 from gpchol._linalg.gaussian import DenseCovariance, GaussianRule, gaussian_loglik, gaussian_value
@@ -299,6 +308,50 @@ class GaussianProcess:
             L, status, used = out
         return L, status, used
 
+    def diagnostics(self) -> GPDiagnostics:
+        """Status and conditioning of the covariance's factorization (usable inside ``jit``).
+
+        Factors ``k(X, X) + diag(noise)`` (with the GP's jitter schedule) and reports
+        LAPACK's status with the pivot ratio ``rcond = (min_j L_jj / max_j L_jj)^2``, an
+        upper bound on ``1 / cond_2(K)``; ``singular`` flags a covariance that factored
+        although ``rcond < n * eps`` (numerically singular: a finite likelihood from it is
+        dominated by rounding). One factorization, ``O(n^3 / 3)``; under ``vmap`` each
+        field gets the batch dimensions. A posterior has the same report for free:
+        :meth:`Posterior.diagnostics`.
+
+        Returns:
+            A :class:`~gpchol._gp.diagnostics.GPDiagnostics` ``(status, rcond, threshold,
+            singular, jitter_used)``; ``.warn_if_singular()`` on it issues the warning the
+            eager methods issue.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import kernels
+            >>> from gpchol import GaussianProcess
+            >>> X = jnp.array([0.0, 5e-4, 1.0])  # nearly duplicated inputs (float32)
+            >>> d = GaussianProcess(kernels.ExpSquared(), X, noise=0.0).diagnostics()
+            >>> int(d.status), bool(d.singular)  # it factors, but is numerically singular
+            (0, True)
+            >>> d = GaussianProcess(kernels.ExpSquared(), X, noise=0.1).diagnostics()
+            >>> int(d.status), bool(d.singular), bool(d.rcond > 100 * d.threshold)
+            (0, False, True)
+        """
+        L, status, used = self.factor()
+        return diagnose_factor(L, status, used)
+
+    def _warn_if_singular(self, value: jax.Array, what: str) -> None:
+        """Eager methods only: warn when a finite ``value`` comes from a singular ``K``.
+
+        Traced values (``jit``, ``vmap``, ``grad``) are left alone, as is the sharded path
+        (its factor is never gathered). Costs one more factorization, eagerly only, when
+        the value is finite.
+        """
+        if not is_concrete(value) or _input_mesh(self.X) is not None:
+            return
+        if not bool(np.all(np.isfinite(np.asarray(value)))):
+            return
+        self.diagnostics().warn_if_singular(f"GaussianProcess.{what}", stacklevel=3)
+
     def _residual(self, y: ArrayLike) -> jax.Array:
         y = jnp.asarray(y)
         if y.ndim != 1 or y.shape[0] != self.n:
@@ -346,6 +399,11 @@ class GaussianProcess:
             ``(lml, status)``: a scalar (NaN when the covariance is not positive definite)
             and an int32 scalar status (0 = success, else the 1-based failing pivot).
 
+        Warns:
+            SingularCovarianceWarning: called eagerly (outside ``jit``/``vmap``/``grad``)
+            when the value is finite but the covariance numerically singular (see
+            :meth:`diagnostics`; checking costs one more factorization).
+
         Example:
             >>> import jax, jax.numpy as jnp
             >>> from gpchol import kernels
@@ -356,6 +414,11 @@ class GaussianProcess:
             >>> int(status)
             0
         """
+        value, status = self._lml_with_status(y)
+        self._warn_if_singular(value, "log_marginal_likelihood_with_status")
+        return value, status
+
+    def _lml_with_status(self, y: ArrayLike) -> tuple[jax.Array, jax.Array]:
         r = self._residual(y)
         mesh = _input_mesh(self.X)
         if mesh is not None:
@@ -401,6 +464,11 @@ class GaussianProcess:
         Returns:
             A scalar; NaN when the covariance is not positive definite.
 
+        Warns:
+            SingularCovarianceWarning: called eagerly (outside ``jit``/``vmap``/``grad``)
+            when the value is finite but the covariance numerically singular (see
+            :meth:`diagnostics`; checking costs one more factorization).
+
         Example:
             >>> import jax.numpy as jnp
             >>> from gpchol import kernels
@@ -409,8 +477,9 @@ class GaussianProcess:
             >>> round(float(gp.log_marginal_likelihood(jnp.zeros(2))), 4)  # -log(2 pi)
             -1.8379
         """
-        value, status = self.log_marginal_likelihood_with_status(y)
+        value, status = self._lml_with_status(y)
         self._check(status, check, "log_marginal_likelihood")
+        self._warn_if_singular(value, "log_marginal_likelihood")
         return value
 
     def condition(self, y: ArrayLike, *, check: bool = False) -> Posterior:
@@ -423,6 +492,10 @@ class GaussianProcess:
 
         Returns:
             A :class:`Posterior` (a pytree) holding the factor and ``alpha = K^-1 (y - m)``.
+
+        Warns:
+            SingularCovarianceWarning: called eagerly when the likelihood is finite but the
+            covariance numerically singular (:meth:`Posterior.diagnostics`; no extra cost).
 
         Example:
             >>> import jax.numpy as jnp
@@ -438,7 +511,10 @@ class GaussianProcess:
         L = L.astype(r.dtype)
         value, alpha = gaussian_value(r, L)
         self._check(status, check, "condition")
-        return Posterior(self, L, alpha, value, status, used)
+        post = Posterior(self, L, alpha, value, status, used)
+        if is_concrete(value) and bool(np.all(np.isfinite(np.asarray(value)))):
+            post.diagnostics().warn_if_singular("GaussianProcess.condition", stacklevel=2)
+        return post
 
     def numpyro_dist(self) -> Any:
         """This GP's marginal distribution over ``y`` as a NumPyro distribution.
@@ -527,6 +603,23 @@ class Posterior:
         ) = children
         return obj
 
+    def diagnostics(self) -> GPDiagnostics:
+        """Status and conditioning of the training covariance's factor ``L`` (``O(n)``).
+
+        The same report as :meth:`GaussianProcess.diagnostics`, read off the factor this
+        posterior holds.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import kernels
+            >>> from gpchol import GaussianProcess
+            >>> X = jnp.arange(3.0)
+            >>> d = GaussianProcess(kernels.ExpSquared(), X, noise=0.1).condition(X).diagnostics()
+            >>> int(d.status), bool(d.singular), 0.0 < float(d.rcond) <= 1.0
+            (0, False, True)
+        """
+        return diagnose_factor(self.L, self.status, self.jitter_used)
+
     def _Xs(self, Xs: ArrayLike | None) -> jax.Array:
         Xs = self.gp.X if Xs is None else as_inputs(Xs, "Xs")
         if Xs.shape[1] != self.gp.X.shape[1]:
@@ -604,23 +697,70 @@ class Posterior:
 
         Args:
             key: a ``jax.random`` key.
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-            num: number of samples (static).
+            Xs: ``(m, d)`` test inputs (``None``: the training inputs); ``m = 0`` gives
+                an empty ``(num, 0)`` result.
+            num: number of samples, a non-negative Python int (anything with
+                ``__index__``, not a bool); static.
             jitter: schedule of diagonal jitter, relative to the largest posterior
                 variance, tried in order when factoring the posterior covariance.
 
         Returns:
             ``(num, m)`` samples.
+
+        Raises:
+            TypeError: ``num`` is not an integer (e.g. ``2.7``, ``True`` or a traced
+                value).
+            ValueError: ``num`` is negative.
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> from gpchol import kernels
+            >>> from gpchol import GaussianProcess
+            >>> X = jnp.linspace(0.0, 1.0, 4)
+            >>> post = GaussianProcess(kernels.ExpSquared(0.5), X, noise=1e-2).condition(X)
+            >>> key = jax.random.PRNGKey(0)
+            >>> post.sample(key, jnp.array([0.2, 0.4, 0.9]), 2).shape
+            (2, 3)
+            >>> post.sample(key, jnp.zeros((0, 1)), 2).shape  # no test points
+            (2, 0)
         """
+        num = _sample_count(num)
         Xs = self._Xs(Xs)
         mu = self.mean(Xs)
+        if Xs.shape[0] == 0:
+            return jnp.zeros((num, 0), mu.dtype)
         C = self.covariance(Xs)
         scale = jnp.maximum(jnp.max(jnp.diagonal(C)), jnp.finfo(C.dtype).tiny)
         rel = check_jitter(jitter) or (0.0,)
         Cn = C / scale
         Ls, _, _ = cholesky_with_status(Cn, jitter=rel)
-        z = jax.random.normal(key, (int(num), Xs.shape[0]), dtype=C.dtype)
+        z = jax.random.normal(key, (num, Xs.shape[0]), dtype=C.dtype)
         return mu[None, :] + jnp.sqrt(scale) * (z @ Ls.T)
 
 
 jax.tree_util.register_pytree_node_class(Posterior)
+
+
+def _sample_count(num: object) -> int:
+    """``num`` of :meth:`Posterior.sample` as a non-negative ``int``, or a clear error."""
+    if isinstance(num, (bool, np.bool_)):
+        raise TypeError(
+            f"num (the number of samples) must be a non-negative int, not a bool; got {num!r}."
+        )
+    try:
+        k = operator.index(num)  # type: ignore[arg-type]
+    except TypeError:
+        hint = (
+            "; it is static, so pass a Python int (not a traced value inside jit)"
+            if not is_concrete(num)
+            else f"; pass an int, e.g. num={round(num)}"  # type: ignore[call-overload]
+            if isinstance(num, (float, np.floating)) and np.isfinite(num)
+            else ""
+        )
+        raise TypeError(
+            f"num (the number of samples) must be a non-negative int; got {num!r} of type "
+            f"{type(num).__name__}{hint}."
+        ) from None
+    if k < 0:
+        raise ValueError(f"num (the number of samples) must be >= 0; got {k}.")
+    return int(k)

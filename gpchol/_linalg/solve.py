@@ -42,7 +42,26 @@ def _rhs(L: jax.Array, b: ArrayLike, name: str = "b") -> tuple[jax.Array, bool]:
     return b, False
 
 
+def _operand(x: object, name: str) -> jax.Array:
+    """``x`` as a float array; a Python ``int``/``float`` stays *weakly typed*.
+
+    A weakly typed scalar takes the dtype of the arrays it meets (JAX's promotion rule),
+    so ``mvn_logpdf(y_f32, 0.0, cov_f32)`` stays float32 under ``jax_enable_x64``; so does
+    a Python number traced through ``jit`` (a weakly typed scalar, an ``int`` one made a
+    weak float). NumPy scalars (``np.float64(0.0)``, a subclass of ``float``) keep their
+    own dtype.
+    """
+    if type(x) in (int, float):
+        return jnp.asarray(float(x))  # type: ignore[arg-type]
+    if isinstance(x, jax.Array) and x.weak_type and x.ndim == 0:
+        # a Python number passed through ``jit`` (a weakly typed scalar, an int one too)
+        if jnp.issubdtype(x.dtype, jnp.integer):
+            return x + 0.0  # a weak float
+    return as_float_array(x, name)
+
+
 def _common_dtype(*xs: jax.Array) -> tuple[jax.Array, ...]:
+    """The arrays cast to their promoted dtype (a weakly typed scalar does not promote)."""
     dt = jnp.result_type(*xs)
     return tuple(x.astype(dt) for x in xs)
 
@@ -178,7 +197,8 @@ def mvn_logpdf(
 
     Args:
         y: ``(..., n)`` observations.
-        mean: ``(..., n)`` mean, or a scalar.
+        mean: ``(..., n)`` mean, or a scalar. A Python number is weakly typed: it does
+            not change the result's dtype (float32 ``y`` and ``cov`` give float32).
         cov: ``(..., n, n)`` symmetric positive-definite covariance.
         tile_size: block size for the factorization and its derivative.
         backend: Cholesky backend (see :func:`gpchol.cholesky`).
@@ -189,7 +209,9 @@ def mvn_logpdf(
             ``K^-1`` comes from LAPACK ``potri``), ``"composed"`` on GPUs.
 
     Returns:
-        ``(...)`` log-densities; NaN where ``cov`` is not positive definite.
+        ``(...)`` log-densities, in the dtype ``y``, ``mean`` and ``cov`` promote to (a
+        Python number as ``mean`` does not promote); NaN where ``cov`` is not positive
+        definite.
 
     Example:
         >>> import jax.numpy as jnp, gpchol
@@ -200,7 +222,7 @@ def mvn_logpdf(
         raise ValueError(f"gradient must be 'auto', 'whole' or 'composed'; got {gradient!r}.")
     cov, nb, be = prepare(cov, tile_size, backend, name="cov")
     y = as_float_array(y, "y")
-    mean = as_float_array(mean, "mean")
+    mean = _operand(mean, "mean")
     n = cov.shape[-1]
     if y.ndim == 0 or y.shape[-1] != n:
         raise ValueError(
