@@ -7,10 +7,9 @@ that the package's private modules can be rearranged without touching them.
 
 * ``io``: atomic file IO (tests interrupt a write half-way);
 * ``cuda_ffi``: the FFI binding of the CUDA kernels (registration, diagnostics);
-* ``host_lapack``: the module of the host LAPACK calls (tests switch its in-place
-  ``buffer_callback`` off to test the copying form);
+* ``host_lapack``: the module of the in-place LAPACK calls on the CPU;
+* ``cpu_ffi``: the compiled CPU handlers behind it (registration, direct calls);
 * :func:`cho_inverse_tiled`: the tiled ``potri`` in JAX (reference for the LAPACK one);
-* :func:`np_first_bad_pivot`: the NumPy pivot search (reference for the status);
 * :func:`backend`, :func:`default_tile_size`: the factorization backends and tile rule;
 * :func:`maybe_sharded_cholesky`: the routing of sharded inputs;
 * ``distributed_api``, ``distributed_local``: modules of the sharded layer (tile defaults,
@@ -18,11 +17,11 @@ that the package's private modules can be rearranged without touching them.
 """
 
 from gpchol._base import io
+from gpchol._cpu import ffi as cpu_ffi
 from gpchol._cuda import ffi as cuda_ffi
 from gpchol._linalg import host_lapack
 from gpchol._linalg.backends import backend
 from gpchol._linalg.blocks import default_tile_size
-from gpchol._linalg.status import np_first_bad_pivot
 from gpchol._linalg.tiled import cho_inverse_tiled
 from gpchol._routing import maybe_sharded_cholesky
 from gpchol.distributed import _api as distributed_api
@@ -31,6 +30,7 @@ from gpchol.distributed import _local as distributed_local
 __all__ = [
     "backend",
     "cho_inverse_tiled",
+    "cpu_ffi",
     "cuda_ffi",
     "default_tile_size",
     "distributed_api",
@@ -38,5 +38,4 @@ __all__ = [
     "host_lapack",
     "io",
     "maybe_sharded_cholesky",
-    "np_first_bad_pivot",
 ]

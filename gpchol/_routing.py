@@ -18,7 +18,7 @@ from jax.typing import ArrayLike
 from gpchol._base.validate import check_jitter, is_concrete
 from gpchol._linalg.backends import Backend
 from gpchol._linalg.cholesky import factor_with_status
-from gpchol._linalg.status import raise_if_failed
+from gpchol._linalg.status import pivot_rcond, raise_if_failed
 
 __all__ = ["cholesky", "cholesky_with_status", "maybe_sharded_cholesky"]
 
@@ -66,6 +66,7 @@ def cholesky_with_status(
     tile_size: int | None = None,
     backend: str | Backend = "auto",
     jitter: float | Sequence[float] | None = None,
+    rcond: bool = False,
 ) -> tuple[jax.Array, ...]:
     r"""Cholesky factor and LAPACK-style status, usable inside ``jit``.
 
@@ -82,25 +83,38 @@ def cholesky_with_status(
         jitter: ``None``, a float, or a tuple of floats tried in order: the factor of
             ``A + jitter * I`` for the first value that succeeds is returned. Never applied
             unless asked for.
+        rcond: also return a reciprocal condition estimate of ``A`` from its factor,
+            ``(min_j L_jj / max_j L_jj)^2`` (``O(n)``, not differentiated): never below the
+            true ``1 / cond_2(A)``, so a value under ``n * eps`` of the dtype means ``A`` is
+            numerically singular even when ``status`` is 0. 0 where the factor failed.
 
     Returns:
         ``(L, status)`` where ``L`` has shape ``(..., n, n)`` and ``status`` is int32 of
-        shape ``(...)``: 0 on success, else the 1-based index of the first failing pivot.
-        A failed factor is all NaN. With ``jitter`` given, returns
-        ``(L, status, jitter_used)`` where ``jitter_used`` (shape ``(...)``) is the value
-        kept (the last one tried if all failed).
+        shape ``(...)``: 0 on success, else the 1-based index of the first failing pivot
+        in the working precision, exactly LAPACK ``potrf``'s ``info`` for the same matrix
+        (whatever the backend, tile size or ``vmap``). A failed factor is all NaN. With
+        ``jitter`` given, returns ``(L, status, jitter_used)`` where ``jitter_used``
+        (shape ``(...)``) is the value kept (the last one tried if all failed). With
+        ``rcond``, the estimate (shape ``(...)``) is appended last.
 
     Example:
         >>> import jax.numpy as jnp, gpchol
         >>> L, status = gpchol.cholesky_with_status(jnp.array([[4.0, 2.0], [2.0, 3.0]]))
         >>> L.tolist(), int(status)
         ([[2.0, 0.0], [1.0, 1.4142135381698608]], 0)
+        >>> _, _, rc = gpchol.cholesky_with_status(jnp.array([[1.0, 1.0], [1.0, 1.0001]]),
+        ...                                        rcond=True)
+        >>> bool(rc < 1e-3)  # nearly singular: cond_2 is about 4e4
+        True
     """
+    out: tuple[jax.Array, ...] | None = None
     if jitter is None and backend == "auto":
         out = maybe_sharded_cholesky(a, tile_size)
-        if out is not None:
-            return out
-    return factor_with_status(a, tile_size=tile_size, backend=backend, jitter=jitter)
+    if out is None:
+        out = factor_with_status(a, tile_size=tile_size, backend=backend, jitter=jitter)
+    if rcond:
+        out = (*out, pivot_rcond(jax.lax.stop_gradient(out[0])))
+    return out
 
 
 def cholesky(

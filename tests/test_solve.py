@@ -132,27 +132,34 @@ def test_cho_inverse_lapack_grads_and_failure(rng):
     assert np.all(np.isnan(jax.jit(gpchol.cho_inverse)(bad)))
 
 
-@pytest.mark.parametrize("in_place", [True, False])
-def test_host_lapack_in_place_and_copying_callbacks(rng, monkeypatch, in_place):
-    """Both host-call forms (in-place buffer_callback, copying pure_callback) agree."""
-    from gpchol._internal import host_lapack as _host_lapack
+@pytest.mark.parametrize("compiled", [True, False])
+def test_host_lapack_compiled_and_xla_fallback(rng, monkeypatch, compiled):
+    """The compiled LAPACK handlers and the XLA operations used where they are not built
+    give the same factor, solve, inverse and likelihood gradient."""
+    from gpchol._internal import cpu_ffi, host_lapack
 
-    if not in_place:
-        monkeypatch.setattr(_host_lapack, "buffer_callback", None)
-    elif _host_lapack.buffer_callback is None:
-        pytest.skip("this JAX has no jax.experimental.buffer_callback")
+    if compiled:
+        assert cpu_ffi.cpu_unavailable_reason() is None, cpu_ffi.cpu_unavailable_reason()
+    else:
+        monkeypatch.setattr(cpu_ffi, "cpu_unavailable_reason", lambda: "switched off (test)")
+    assert host_lapack.compiled_lapack() is compiled
     n = 150
     a = random_spd(rng, n, (2,))
     r = rng.standard_normal((2, n))
-    L, alpha, quad, logdet, status = jax.jit(_host_lapack.chol_solve_cpu)(a, r)
-    np.testing.assert_allclose(L, np.linalg.cholesky(a), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(alpha, np.linalg.solve(a, r[..., None])[..., 0], rtol=1e-9)
-    np.testing.assert_allclose(quad, np.einsum("bi,bi->b", r, alpha), rtol=1e-9)
-    np.testing.assert_allclose(logdet, np.linalg.slogdet(a)[1], rtol=1e-12)
-    np.testing.assert_array_equal(status, 0)
+    if compiled:
+        L, alpha, quad, logdet, status = jax.jit(host_lapack.chol_solve_cpu)(a, r)
+        np.testing.assert_allclose(L, np.linalg.cholesky(a), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(alpha, np.linalg.solve(a, r[..., None])[..., 0], rtol=1e-9)
+        np.testing.assert_allclose(quad, np.einsum("bi,bi->b", r, alpha), rtol=1e-9)
+        np.testing.assert_allclose(logdet, np.linalg.slogdet(a)[1], rtol=1e-12)
+        np.testing.assert_array_equal(status, 0)
+    L = np.linalg.cholesky(a)
     inv = jax.jit(lambda L: gpchol.cho_inverse(L))(L)
     np.testing.assert_allclose(inv, np.linalg.inv(a), rtol=1e-8, atol=1e-12)
-    v, g = jax.jit(jax.value_and_grad(lambda c: gpchol.mvn_logpdf(r[0], 0.0, c)))(a[0])
+    f = jax.jit(jax.value_and_grad(lambda c: gpchol.mvn_logpdf(r[0], 0.0, c)))
+    text = f.lower(a[0]).as_text()
+    assert ("gpchol_cpu_chol_solve_f64" in text) is compiled
+    v, g = f(a[0])
     assert abs(float(v) - _scipy_logpdf(r[0], np.zeros(n), a[0])) < 1e-9 * abs(float(v))
     ai = np.linalg.inv(a[0])
     al = ai @ r[0]
@@ -252,3 +259,28 @@ def test_mvn_logpdf_bad_input():
         gpchol.mvn_logpdf(np.ones(4), np.ones(3), np.eye(4))
     with pytest.raises(ValueError, match="gradient"):
         gpchol.mvn_logpdf(np.ones(4), 0.0, np.eye(4), gradient="fast")
+
+
+def test_no_python_callback_on_any_step_path(rng):
+    """Issue 14: no Python callback in the compiled likelihood step or the factorizations,
+    under jit, vmap and grad, whichever path (host LAPACK, device, tiled) they take."""
+    from gpchol import kernels as gk
+
+    def loss(p, X, y):
+        k = p["a"] * gk.ExpSquared(p["l"])
+        return -gpchol.GaussianProcess(k, X, noise=p["s"]).log_marginal_likelihood(y)
+
+    p = {"a": 1.0, "l": 1.0, "s": 0.1}
+    programs = []
+    for B, n in [(4, 32), (2, 160)]:
+        X, y = rng.uniform(0, 5, (B, n, 3)), rng.standard_normal((B, n))
+        g = jax.jit(jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0, 0)))
+        programs.append(g.lower(p, X, y).as_text())
+    a = random_spd(rng, 40, (3,))
+    for be in ("xla", "tiled"):
+        f = jax.vmap(lambda a, be=be: gpchol.cholesky_with_status(a, backend=be, tile_size=16))
+        programs.append(jax.jit(f).lower(a).as_text())
+        h = jax.grad(lambda a, be=be: jnp.sum(gpchol.cholesky(a, backend=be)))
+        programs.append(jax.jit(h).lower(a[0]).as_text())
+    for text in programs:
+        assert "callback" not in text.lower()

@@ -20,9 +20,9 @@ from jax.typing import DTypeLike
 
 from gpchol._base.validate import as_float_array, check_square, check_tile_size
 from gpchol._linalg.adjoint import chol_rev_blocked
-from gpchol._linalg.blocks import default_tile_size, mT
-from gpchol._linalg.status import exact_status, nan_where_failed
-from gpchol._linalg.tiled import potrf_tiled
+from gpchol._linalg.blocks import default_tile_size, mT, nan_where_failed
+from gpchol._linalg.status import exact_status, near_failure
+from gpchol._linalg.tiled import tiled_factor
 
 __all__ = [
     "BACKEND_CHOICES",
@@ -36,24 +36,64 @@ __all__ = [
 BACKEND_CHOICES = ("auto", "xla", "tiled", "cuda")
 
 
-def potrf_xla(a: jax.Array, nb: int) -> tuple[jax.Array, jax.Array]:
+def potrf_xla(
+    a: jax.Array, nb: int, rebuild: Callable[[], jax.Array] | None = None
+) -> tuple[jax.Array, jax.Array]:
     """``jax.lax.linalg.cholesky`` (LAPACK on CPU, cuSOLVER on GPU), with exact status.
 
-    XLA reports failure as an all-NaN factor; the pivot is then located by
-    :func:`gpchol._linalg.status.exact_status` (only when some batch element failed).
+    XLA reports failure as an all-NaN factor; the status is then LAPACK's ``info`` for
+    the same matrix (:func:`gpchol._linalg.status.exact_status`, only when some batch
+    element failed), in ``rebuild()`` when given (``a`` is then not kept alive for it).
     """
     L = lax.linalg.cholesky(a, symmetrize_input=False)
     failed = ~jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
-    status = exact_status(failed, lambda: a, nb)
+    status = exact_status(failed, rebuild or (lambda: a), nb)
     # XLA's failed factor is NaN in its lower triangle only; make the whole matrix NaN,
     # like the other backends.
     return nan_where_failed(L, status), status
 
 
-def potrf_cuda(a: jax.Array, nb: int | None) -> tuple[jax.Array, jax.Array]:
-    """gpchol's CUDA kernels (``kernels_cuda``) through the XLA FFI."""
+def potrf_tiled_exact(
+    a: jax.Array, nb: int, rebuild: Callable[[], jax.Array] | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """gpchol's tiled factorization (:func:`gpchol._linalg.tiled.tiled_factor`) whose
+    status is LAPACK's.
+
+    Another blocking of the same arithmetic can fail where LAPACK does not, or succeed
+    where it fails, only when a pivot comes within rounding of zero
+    (:func:`gpchol._linalg.status.near_failure`). Those matrices, and the failed ones, get
+    LAPACK's ``info`` (:func:`gpchol._linalg.status.exact_status`; off the CPU, the tiled
+    search); a matrix that failed here but not in LAPACK takes LAPACK's factor, so the
+    factor and the status always agree.
+
+    Those rare cases need the input again: ``rebuild()`` recomputes it when given;
+    otherwise ``a`` is kept alive for them (the work buffer is then a copy of ``a``
+    rather than ``a`` itself: ``n^2`` more memory when ``a`` is an intermediate).
+    """
+    again = rebuild or (lambda: a)
+    W, failed, locate, diag = tiled_factor(a, nb)
+    suspect = failed | near_failure(W, diag)
+    status = exact_status(suspect, again, nb, fallback=locate)
+    redo = failed & (status == 0)
+    W = lax.cond(
+        jnp.any(redo),
+        lambda: jnp.where(
+            redo[..., None, None],
+            lax.linalg.cholesky(lax.stop_gradient(again()), symmetrize_input=False),
+            W,
+        ),
+        lambda: W,
+    )
+    return nan_where_failed(W, status), status
+
+
+def potrf_cuda(
+    a: jax.Array, nb: int | None, rebuild: Callable[[], jax.Array] | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """gpchol's CUDA kernels (``kernels_cuda``) through the XLA FFI (their own status)."""
     from gpchol._cuda import ffi
 
+    del rebuild
     return ffi.potrf(a, tile_size=nb)
 
 
@@ -76,7 +116,9 @@ class Backend:
 
     Attributes:
         name: ``"xla"``, ``"tiled"`` or ``"cuda"``.
-        forward: ``(a, nb) -> (L, status)`` for ``(..., n, n)`` symmetric ``a``.
+        forward: ``(a, nb, rebuild=None) -> (L, status)`` for ``(..., n, n)`` symmetric
+            ``a``; ``rebuild()``, when given, recomputes ``a`` for the rare status search
+            so that ``a`` need not be kept alive.
         adjoint: ``(L, Lbar, nb) -> Abar``, the symmetric gradient.
         host_lapack: on the CPU, host LAPACK may factor in place instead of ``forward``.
         own_tile_size: ``nb=None`` lets the backend choose its own blocking.
@@ -96,7 +138,7 @@ class Backend:
 
 _TABLE = {
     "xla": Backend("xla", potrf_xla, adjoint_jax, host_lapack=True),
-    "tiled": Backend("tiled", potrf_tiled, adjoint_jax),
+    "tiled": Backend("tiled", potrf_tiled_exact, adjoint_jax),
     "cuda": Backend("cuda", potrf_cuda, adjoint_cuda, own_tile_size=True, whole_rule_default=False),
 }
 

@@ -1,6 +1,6 @@
 """Block helpers shared by the one-device algorithms (all batch-polymorphic over leading
 dimensions): transposes, ``Phi``, layout-aware triangular solves, in-place block writes,
-the block partition and the default tile size."""
+the block partition, the default tile size, and the unblocked pivot search of one tile."""
 
 from __future__ import annotations
 
@@ -106,3 +106,30 @@ def diag_tiles(a: jax.Array, blocks: list[tuple[int, int]], nb: int) -> jax.Arra
             t = t + jnp.diag(jnp.arange(nb) >= k - j).astype(t.dtype)
         out.append(t)
     return jnp.stack(out, axis=-3)
+
+
+def first_bad_pivot_unblocked(t: jax.Array) -> jax.Array:
+    """First failing pivot (1-based) of the unblocked Cholesky of one ``(m, m)`` matrix.
+
+    Right-looking, column by column, in a ``fori_loop``; used only on tiles known to
+    fail, so its O(m^3) sequential cost is off the success path. Returns 0 if none fails.
+    """
+    m = t.shape[-1]
+    idx = jnp.arange(m)
+
+    def body(i: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        w, bad = carry
+        d = w[i, i]
+        ok = d > 0  # False for NaN, too
+        bad = jnp.where((bad == 0) & ~ok, i + 1, bad)
+        s = jnp.sqrt(jnp.where(ok, d, 1.0))
+        col = jnp.where(idx > i, w[:, i] / s, 0.0)
+        w = w - col[:, None] * col[None, :]
+        return w, bad
+
+    _, bad = lax.fori_loop(0, m, body, (t, jnp.int32(0)))
+    return bad
+
+
+def nan_where_failed(L: jax.Array, status: jax.Array) -> jax.Array:
+    return jnp.where((status == 0)[..., None, None], L, jnp.nan)

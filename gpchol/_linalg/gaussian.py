@@ -41,7 +41,7 @@ from jax import lax
 
 from gpchol._linalg.backends import Backend
 from gpchol._linalg.blocks import default_tile_size
-from gpchol._linalg.host_lapack import HOST_MIN_N, chol_solve_cpu
+from gpchol._linalg.host_lapack import HOST_MIN_N, chol_solve_cpu, compiled_lapack
 from gpchol._linalg.inverse import inverse_from_factor
 from gpchol._linalg.status import exact_status
 
@@ -146,7 +146,7 @@ def _factor(K: jax.Array, rebuild: Any, rule: GaussianRule) -> tuple[jax.Array, 
     if K.shape[-1] == 0:
         return K, jnp.zeros(K.shape[:-2], jnp.int32)
     if not rule.backend.host_lapack:
-        return rule.backend.forward(K, rule.nb)
+        return rule.backend.forward(K, rule.nb, rebuild=rebuild)
     L = lax.linalg.cholesky(K, symmetrize_input=False)
     failed = ~jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
     nb = rule.nb or default_tile_size(K.shape[-1], K.dtype)
@@ -159,7 +159,6 @@ def _forward(
     """``(L, value, alpha, status)`` of the source's covariance, trying the jitters."""
     dtype = r.dtype
     n = r.shape[-1]
-    nb = rule.nb or default_tile_size(n, dtype)
 
     def attempt(j: float) -> tuple[jax.Array, ...]:
         K = source.build(dtype, j)
@@ -173,12 +172,13 @@ def _forward(
             return L, value, alpha, status
 
         def host(K: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
-            L, alpha, quad, logdet, info = chol_solve_cpu(K, r)
-            status = exact_status(info != 0, rebuild, nb)
+            # the status is LAPACK's info itself: no search needed
+            L, alpha, quad, logdet, status = chol_solve_cpu(K, r)
             return L, -0.5 * (quad + logdet + n * LOG_2PI), alpha, status
 
         if (
             rule.backend.host_lapack
+            and compiled_lapack()
             and n >= HOST_MIN_N
             and r.shape[:-1] == K.shape[:-2]
             and dtype in (jnp.float32, jnp.float64)

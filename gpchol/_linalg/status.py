@@ -1,5 +1,22 @@
 """The one status of every factorization: LAPACK's ``info``, the 1-based index of the
-first failing pivot (0 on success), and the error raised from it."""
+first failing pivot (0 on success), its search, the conditioning diagnostic, and the
+error raised from the status.
+
+The status of a factorization is *defined* as reference LAPACK ``potrf``'s ``info`` for
+the same matrix in the same precision (float32 or float64), called as XLA and
+``scipy.linalg.lapack.?potrf(a, lower=1)`` call it: the first pivot that is not positive,
+a NaN pivot included (reference ``dpotrf2`` tests ``ajj <= 0 || disnan(ajj)``; OpenBLAS's
+own ``potrf``, which SciPy and jaxlib ship, misses NaN pivots and gpchol adds that test).
+An ``inf`` pivot is positive: like LAPACK, the factorization goes on and fails later only
+if a NaN or non-positive pivot follows.
+
+On the CPU this holds exactly, whatever the backend, tile size or ``vmap``: XLA's own
+Cholesky is that ``potrf``, the Gaussian likelihoods call it in place through gpchol's
+compiled handlers (:mod:`gpchol._cpu.ffi`), and every other factorization, when it fails
+or comes near failing, asks the same ``potrf`` for the status (:func:`exact_status`). On
+other platforms (the GPU) the search runs gpchol's tiled factorization in XLA operations
+instead: the first failing pivot in the working precision, by that blocking.
+"""
 
 from __future__ import annotations
 
@@ -9,139 +26,117 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.typing import ArrayLike
+from jax.typing import ArrayLike, DTypeLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
-from gpchol._linalg.blocks import blocks
+from gpchol._cpu import ffi as cpu_ffi
+from gpchol._linalg.tiled import potrf_tiled
+
+__all__ = [
+    "exact_status",
+    "near_failure",
+    "pivot_rcond",
+    "raise_if_failed",
+    "singular_threshold",
+]
 
 
-def first_bad_pivot_unblocked(t: jax.Array) -> jax.Array:
-    """First failing pivot (1-based) of the unblocked Cholesky of one ``(m, m)`` matrix.
-
-    Right-looking, column by column, in a ``fori_loop``; used only on tiles known to
-    fail, so its O(m^3) sequential cost is off the success path. Returns 0 if none fails.
-    """
-    m = t.shape[-1]
-    idx = jnp.arange(m)
-
-    def body(i: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        w, bad = carry
-        d = w[i, i]
-        ok = d > 0  # False for NaN, too
-        bad = jnp.where((bad == 0) & ~ok, i + 1, bad)
-        s = jnp.sqrt(jnp.where(ok, d, 1.0))
-        col = jnp.where(idx > i, w[:, i] / s, 0.0)
-        w = w - col[:, None] * col[None, :]
-        return w, bad
-
-    _, bad = lax.fori_loop(0, m, body, (t, jnp.int32(0)))
-    return bad
-
-
-def nan_where_failed(L: jax.Array, status: jax.Array) -> jax.Array:
-    return jnp.where((status == 0)[..., None, None], L, jnp.nan)
-
-
-def locate_failed_pivot(
-    w: jax.Array, tiles0: jax.Array, first: jax.Array, starts: jax.Array, nb: int
+def exact_status(
+    mask: jax.Array,
+    rebuild: Callable[[], jax.Array],
+    nb: int,
+    fallback: Callable[[], jax.Array] | None = None,
 ) -> jax.Array:
-    """Exact first failing pivot after a failed tiled factorization (slow path).
+    """LAPACK's status of the matrices ``rebuild()`` returns, searched where ``mask``.
 
-    For the first failed block ``j:j+nb`` of each batch element, its Schur complement is
-    rebuilt from the input's diagonal tile and the (intact, finite) factor rows to its
-    left, ``S = A_jj - L[j:k, :j] L[j:k, :j]^T``, and searched by
-    :func:`first_bad_pivot_unblocked`. A block whose LAPACK factor failed but whose search does not
-    (a float32 rounding corner) still reports its first pivot rather than success.
-    """
-    n = w.shape[-1]
-    npad = tiles0.shape[-3] * nb
-    batch = w.shape[:-2]
+    Runs only when some element is masked (one ``lax.cond``; under ``vmap`` it becomes a
+    ``select``, and the compiled search then skips the unmasked elements itself), so the
+    success path pays nothing. ``rebuild`` lets a caller that factored its matrix in
+    place recompute it for this rare case instead of keeping it alive.
 
-    def one(wb: jax.Array, tb: jax.Array, fb: jax.Array) -> jax.Array:
-        start = starts[fb]
-        wp = jnp.pad(wb, [(0, npad - n), (0, 0)])
-        rows = lax.dynamic_slice_in_dim(wp, start, nb, axis=0)
-        rows = jnp.where(jnp.arange(n) < start, rows, 0.0)
-        schur = tb[fb] - rows @ rows.T
-        return start + jnp.maximum(first_bad_pivot_unblocked(schur), 1)
+    Args:
+        mask: ``(...)`` booleans: where a factorization failed or came near failing.
+        rebuild: ``() -> (..., n, n)`` the matrices that were factored.
+        nb: tile size of the XLA search (platforms other than the CPU).
+        fallback: ``() -> status`` to use instead of the XLA search off the CPU (a
+            backend that already located its failed pivot).
 
-    flat = jax.vmap(one)(
-        w.reshape((-1, n, n)),
-        tiles0.reshape((-1,) + tiles0.shape[-3:]),
-        first.reshape(-1),
-    )
-    return flat.reshape(batch)
-
-
-def np_first_bad_pivot(m: ArrayLike, nb: int) -> int:
-    """First failing pivot (1-based) of the Cholesky of one NumPy matrix; 0 if none.
-
-    Blocked, in NumPy, on the host: each diagonal tile is factored with
-    ``np.linalg.cholesky``; the first tile that fails is searched column by column.
-    """
-    w = np.array(m, dtype=np.float64, copy=True)
-    n = w.shape[-1]
-    for j, k in blocks(n, nb):
-        tile = w[j:k, j:k]
-        try:
-            d = np.linalg.cholesky(tile)
-            if not np.all(np.isfinite(np.diagonal(d))):
-                raise np.linalg.LinAlgError
-        except np.linalg.LinAlgError:
-            t = tile.copy()
-            for i in range(k - j):
-                if not t[i, i] > 0:
-                    return j + i + 1
-                col = t[i + 1 :, i] / np.sqrt(t[i, i])
-                t[i + 1 :, i + 1 :] -= np.outer(col, col)
-            return j + 1  # LAPACK failed where the search did not (rounding corner)
-        if k < n:
-            c = np.linalg.solve(d, w[k:, j:k].T).T  # panel: A[k:, j:k] D^-T
-            w[k:, k:] -= c @ c.T
-    return 0
-
-
-def host_pivot_search(a: jax.Array, nb: int, failed: jax.Array) -> jax.Array:
-    """Exact first failing pivot of each matrix in ``a``, computed on the host (slow path).
-
-    Called through ``jax.pure_callback`` only when a factorization failed, so that the
-    search adds no device memory or compile time to the factorization itself. ``failed``
-    (``a.shape[:-2]`` booleans) says which matrices to search; the others get 0 without
-    any work (under ``vmap`` the call's ``lax.cond`` becomes a ``select`` and runs for
-    every batch element).
+    Returns:
+        int32 ``(...)``: LAPACK ``potrf``'s ``info`` where ``mask``, 0 elsewhere.
     """
 
-    def search(x: np.ndarray, f: np.ndarray) -> np.ndarray:
-        x, f = np.asarray(x), np.broadcast_to(np.asarray(f), x.shape[:-2])
-        out = np.zeros(x.shape[:-2], np.int32)
-        for idx in np.ndindex(out.shape):
-            if f[idx]:
-                out[idx] = np_first_bad_pivot(x[idx], nb)
-        return out
+    def elsewhere(m: jax.Array) -> jax.Array:
+        if fallback is not None:
+            return fallback()
+        return potrf_tiled(lax.stop_gradient(rebuild()), nb)[1]
 
-    return jax.pure_callback(
-        search,
-        jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32),
-        a,
-        failed,
-        vmap_method="expand_dims",
-    )
+    def on_cpu(m: jax.Array) -> jax.Array:
+        return cpu_ffi.potrf_info(lax.stop_gradient(rebuild()), m)
+
+    def search() -> jax.Array:
+        if cpu_ffi.cpu_unavailable_reason() is None:
+            s = lax.platform_dependent(mask, cpu=on_cpu, default=elsewhere)
+        else:
+            s = elsewhere(mask)
+        return jnp.where(mask, s, 0).astype(jnp.int32)
+
+    return lax.cond(jnp.any(mask), search, lambda: jnp.zeros(mask.shape, jnp.int32))
 
 
-def exact_status(failed: jax.Array, rebuild: Callable[[], jax.Array], nb: int) -> jax.Array:
-    """LAPACK-style status: the exact first failing pivot where ``failed`` (0 elsewhere).
+def pivot_rcond(L: jax.Array) -> jax.Array:
+    """Reciprocal condition estimate from a Cholesky factor: ``(min_j L_jj / max_j L_jj)^2``.
 
-    The pivot is searched on the host (:func:`host_pivot_search`) in the matrices
-    ``rebuild()`` returns, only when some element failed; ``rebuild`` lets a caller that
-    factored its matrix in place recompute it for this rare case instead of keeping it.
-    Every factorization path reports its status through here, so they all agree.
+    The squared diagonal of ``L`` holds the pivots ``d_j`` (the Schur complements met by the
+    factorization), and ``lambda_min(A) <= d_j <= max_i A_ii <= lambda_max(A)``; so this
+    ratio is never below the true ``1 / cond_2(A)``: when it is tiny, ``A`` is certainly
+    numerically singular. It costs ``O(n)``. 0 for a failed or non-finite factor.
+
+    Args:
+        L: ``(..., n, n)`` lower Cholesky factor.
+
+    Returns:
+        ``(...)`` in ``[0, 1]``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> float(pivot_rcond(jnp.array([[2.0, 0.0], [1.0, 0.5]])))
+        0.0625
     """
-    status = lax.cond(
-        jnp.any(failed),
-        lambda: host_pivot_search(lax.stop_gradient(rebuild()), nb, failed),
-        lambda: jnp.zeros(failed.shape, jnp.int32),
-    )
-    return jnp.where(failed, jnp.maximum(status, 1), 0).astype(jnp.int32)
+    d = jnp.abs(jnp.diagonal(L, axis1=-2, axis2=-1))
+    if d.shape[-1] == 0:
+        return jnp.ones(d.shape[:-1], d.dtype)
+    lo, hi = jnp.min(d, axis=-1), jnp.max(d, axis=-1)
+    ok = jnp.all(jnp.isfinite(d), axis=-1) & (hi > 0)
+    return jnp.where(ok, (lo / jnp.where(ok, hi, 1.0)) ** 2, 0.0)
+
+
+def singular_threshold(n: int, dtype: DTypeLike) -> float:
+    """``n * eps``: a pivot ratio (:func:`pivot_rcond`) below it means numerically singular.
+
+    Example:
+        >>> import numpy as np
+        >>> singular_threshold(1000, np.float64)
+        2.220446049250313e-13
+    """
+    return max(n, 1) * float(np.finfo(dtype).eps)
+
+
+def near_failure(L: jax.Array, diag: jax.Array) -> jax.Array:
+    """``(...)`` booleans: a factorization that failed, or whose smallest pivot is so close
+    to zero that another order of the same arithmetic (LAPACK's blocking rather than
+    gpchol's tiles) could fail on it.
+
+    The pivots ``d_j = L_jj^2`` of two backward-stable orderings differ by at most about
+    ``(n + 1) eps A_jj`` (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd
+    ed., Thm. 10.3: ``A + dA = L L^T`` with ``|dA| <= gamma_{n+1} |L| |L^T|``, whose diagonal
+    is ``gamma_{n+1} A_jj``); twice that is the margin used here.
+    """
+    n = L.shape[-1]
+    eps = float(np.finfo(np.dtype(L.dtype)).eps)
+    d = jnp.diagonal(L, axis1=-2, axis2=-1) ** 2
+    ad = jnp.abs(diag)
+    close = d <= 2.0 * (n + 1) * eps * ad
+    return jnp.any(close | ~jnp.isfinite(d), axis=-1)
 
 
 def raise_if_failed(a: ArrayLike, status: ArrayLike, jitter: tuple[float, ...] | None) -> None:

@@ -3,16 +3,60 @@ status) and the tiled inverse from a factor (``trtri`` + ``lauum``, LAPACK's ``p
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from gpchol._linalg.blocks import blocks, diag_tiles, mT, potrf_tile, put, row_chunks, trsm
-from gpchol._linalg.status import locate_failed_pivot, nan_where_failed
+from gpchol._linalg.blocks import (
+    blocks,
+    diag_tiles,
+    first_bad_pivot_unblocked,
+    mT,
+    nan_where_failed,
+    potrf_tile,
+    put,
+    row_chunks,
+    trsm,
+)
 
 
-def potrf_tiled(a: jax.Array, nb: int) -> tuple[jax.Array, jax.Array]:
-    """Left-looking tiled Cholesky in JAX, with status. Reads the lower triangle.
+def locate_failed_pivot(
+    w: jax.Array, tiles0: jax.Array, first: jax.Array, starts: jax.Array, nb: int
+) -> jax.Array:
+    """Exact first failing pivot after a failed tiled factorization (slow path).
+
+    For the first failed block ``j:j+nb`` of each batch element, its Schur complement is
+    rebuilt from the input's diagonal tile and the (intact, finite) factor rows to its
+    left, ``S = A_jj - L[j:k, :j] L[j:k, :j]^T``, and searched by
+    :func:`first_bad_pivot_unblocked`. A block whose LAPACK factor failed but whose search does not
+    (a float32 rounding corner) still reports its first pivot rather than success.
+    """
+    n = w.shape[-1]
+    npad = tiles0.shape[-3] * nb
+    batch = w.shape[:-2]
+
+    def one(wb: jax.Array, tb: jax.Array, fb: jax.Array) -> jax.Array:
+        start = starts[fb]
+        wp = jnp.pad(wb, [(0, npad - n), (0, 0)])
+        rows = lax.dynamic_slice_in_dim(wp, start, nb, axis=0)
+        rows = jnp.where(jnp.arange(n) < start, rows, 0.0)
+        schur = tb[fb] - rows @ rows.T
+        return start + jnp.maximum(first_bad_pivot_unblocked(schur), 1)
+
+    flat = jax.vmap(one)(
+        w.reshape((-1, n, n)),
+        tiles0.reshape((-1,) + tiles0.shape[-3:]),
+        first.reshape(-1),
+    )
+    return flat.reshape(batch)
+
+
+def tiled_factor(
+    a: jax.Array, nb: int
+) -> tuple[jax.Array, jax.Array, Callable[[], jax.Array], jax.Array]:
+    """Left-looking tiled Cholesky in JAX, without the status. Reads the lower triangle.
 
     Block step for columns ``j:k`` (LAPACK's ``potrf`` order): update the panel with the
     factor columns already computed, ``P = A[j:, j:k] - L[j:, :j] L[j:k, :j]^T`` (one
@@ -20,18 +64,19 @@ def potrf_tiled(a: jax.Array, nb: int) -> tuple[jax.Array, jax.Array]:
     and write the panel back. Exactly ``n^3 / 3`` flops up to lower-order terms, and the
     work buffer is updated in place (only the panel is written at each step).
 
-    Status: the input's diagonal tiles are kept (``n * nb`` numbers); if some tile
-    failed, the exact first failing pivot is found afterwards by
-    :func:`locate_failed_pivot`, under one ``lax.cond`` so it costs nothing when the
-    factorization succeeds. (A ``cond`` inside the loop would make XLA copy the whole work
-    buffer at every step.)
-
     Args:
         a: ``(..., n, n)`` symmetric positive definite.
         nb: tile size.
 
     Returns:
-        ``(L, status)``; ``L`` is NaN for a failed batch element.
+        ``(W, failed, locate, diag)``: the lower factor (NaN from a failed tile on), booleans
+        ``(...)`` saying which matrices had a tile fail, and ``locate()``, which gives the
+        first failing pivot in XLA operations (:func:`locate_failed_pivot`, under one
+        ``lax.cond``: free when nothing failed). The input's diagonal tiles are kept for
+        it (``n * nb`` numbers); a ``cond`` inside the loop would make XLA copy the whole
+        work buffer at every step. ``diag`` ``(..., n)`` is the input's diagonal, read
+        from those tiles (``a`` itself is not read after the factorization, so ``W`` can
+        be ``a``'s own buffer).
     """
     n = a.shape[-1]
     batch = a.shape[:-2]
@@ -59,14 +104,31 @@ def potrf_tiled(a: jax.Array, nb: int) -> tuple[jax.Array, jax.Array]:
 
     ok = jnp.stack(oks, axis=-1)  # (..., nblocks)
     failed = ~jnp.all(ok, axis=-1)
-    status = lax.cond(
-        jnp.any(failed),
-        lambda ops: locate_failed_pivot(ops[0], ops[1], ops[2], starts, nb),
-        lambda ops: jnp.zeros(batch, jnp.int32),
-        (w, tiles0, jnp.argmin(ok, axis=-1)),
-    )
-    status = jnp.where(failed, status, 0).astype(jnp.int32)
-    return nan_where_failed(jnp.tril(w), status), status
+
+    def locate() -> jax.Array:
+        status = lax.cond(
+            jnp.any(failed),
+            lambda ops: locate_failed_pivot(ops[0], ops[1], ops[2], starts, nb),
+            lambda ops: jnp.zeros(batch, jnp.int32),
+            (w, tiles0, jnp.argmin(ok, axis=-1)),
+        )
+        return jnp.where(failed, status, 0).astype(jnp.int32)
+
+    npad = len(parts) * nb
+    diag = jnp.diagonal(tiles0, axis1=-2, axis2=-1).reshape(batch + (npad,))[..., :n]
+    return jnp.tril(w), failed, locate, diag
+
+
+def potrf_tiled(a: jax.Array, nb: int) -> tuple[jax.Array, jax.Array]:
+    """``(L, status)`` by :func:`tiled_factor` with its status found in XLA operations.
+
+    The status search of platforms without gpchol's compiled CPU handlers (the GPU): the
+    first failing pivot in the working precision, by this blocking. ``L`` is NaN for a
+    failed batch element.
+    """
+    W, _, locate, _ = tiled_factor(a, nb)
+    status = locate()
+    return nan_where_failed(W, status), status
 
 
 def trtri_blocked(L: jax.Array, nb: int) -> jax.Array:

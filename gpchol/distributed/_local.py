@@ -27,8 +27,7 @@ import numpy as np
 from jax import lax
 
 from gpchol._linalg.adjoint import chol_rev_symbolic
-from gpchol._linalg.blocks import mT, phi, put, trsm
-from gpchol._linalg.status import first_bad_pivot_unblocked
+from gpchol._linalg.blocks import first_bad_pivot_unblocked, mT, phi, put, trsm
 
 
 @dataclasses.dataclass(frozen=True)

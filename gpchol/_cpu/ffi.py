@@ -1,0 +1,236 @@
+"""gpchol's compiled CPU handlers (``lapack_ffi.cc``) as JAX functions, through the XLA FFI.
+
+The handlers run LAPACK on XLA's own buffers inside the compiled program: no Python
+callback, no GIL, nothing that can deadlock XLA's CPU runtime or turn Ctrl-C into an
+internal error. They are built by the normal install (``pip install .`` or ``pip install
+-e .`` compiles ``gpchol/_cpu/lapack_ffi.cc`` as the extension ``gpchol._cpu._lapack_ffi``;
+see ``setup.py``) and take SciPy's LAPACK, the one jaxlib's own CPU kernels use, through
+the function pointers of ``scipy.linalg.cython_lapack`` / ``cython_blas``.
+
+Nothing happens at import: the library is loaded, handed its LAPACK routines and its
+handlers registered for the ``"cpu"`` platform on first use, once per process.
+
+Contract used by :mod:`gpchol._linalg`:
+
+* :func:`cpu_unavailable_reason` -- ``None`` when the handlers can run, else why not
+  (then :mod:`gpchol._linalg` uses XLA operations instead: slower, never a callback);
+* :func:`chol_solve` -- ``(L, alpha, quad, logdet, status)``, ``K`` factored in place;
+* :func:`potri` -- ``A^-1`` from a factor, in place;
+* :func:`potrf_info` -- LAPACK ``potrf``'s ``info`` of the masked matrices (the status
+  search).
+
+All three are traceable (``jit``, ``vmap``: the batch dimensions are looped over inside
+the handler, ``vmap_method="broadcast_all"``); none is differentiable by itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+import threading
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "TARGETS",
+    "chol_solve",
+    "cpu_unavailable_reason",
+    "library_path",
+    "potrf_info",
+    "potri",
+]
+
+_STEM = "_lapack_ffi"
+_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+
+TARGETS = tuple(
+    f"gpchol_cpu_{op}_{suffix}"
+    for op in ("chol_solve", "potri", "potrf_info")
+    for suffix in ("f32", "f64")
+)
+"""The FFI targets of the library, all registered for the ``"cpu"`` platform."""
+
+# SciPy's routines handed to gpchol_cpu_set_lapack, in its argument order.
+_ROUTINES = (
+    ("cython_lapack", "spotrf"),
+    ("cython_lapack", "dpotrf"),
+    ("cython_lapack", "spotri"),
+    ("cython_lapack", "dpotri"),
+    ("cython_blas", "strsv"),
+    ("cython_blas", "dtrsv"),
+)
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}  # "reason": str | None once loading was tried
+
+
+def library_path() -> Path | None:
+    """Where the built extension is, or ``None`` when it was not built."""
+    here = Path(__file__).resolve().parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        p = here / f"{_STEM}{suffix}"
+        if p.is_file():
+            return p
+    return None
+
+
+def _capsule_pointer(capsule: object) -> int:
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype = ctypes.c_char_p
+    get_name.argtypes = [ctypes.py_object]
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype = ctypes.c_void_p
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    ptr = get_pointer(capsule, get_name(capsule))
+    if not ptr:
+        raise RuntimeError("a SciPy LAPACK capsule holds a null pointer")
+    return int(ptr)
+
+
+def _load() -> str | None:
+    path = library_path()
+    if path is None:
+        return (
+            "the compiled CPU handlers (gpchol/_cpu/_lapack_ffi*.so) are not built: "
+            "reinstall gpchol with `pip install .` (or `pip install -e .`), which compiles them"
+        )
+    try:
+        import scipy.linalg.cython_blas as cython_blas
+        import scipy.linalg.cython_lapack as cython_lapack
+
+        modules = {"cython_lapack": cython_lapack, "cython_blas": cython_blas}
+        ptrs = [_capsule_pointer(modules[m].__pyx_capi__[name]) for m, name in _ROUTINES]
+        lib = ctypes.CDLL(str(path))
+        lib.gpchol_cpu_set_lapack.restype = ctypes.c_int
+        lib.gpchol_cpu_set_lapack.argtypes = [ctypes.c_void_p] * len(ptrs)
+        if lib.gpchol_cpu_set_lapack(*ptrs) != 0:
+            return "gpchol_cpu_set_lapack rejected SciPy's LAPACK routines"
+        for name in TARGETS:
+            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform="cpu")
+    except (OSError, AttributeError, ImportError, KeyError, RuntimeError) as e:
+        return f"loading the compiled CPU handlers from {path} failed: {e}"
+    _state["lib"] = lib  # keep the library loaded for the life of the process
+    return None
+
+
+def cpu_unavailable_reason() -> str | None:
+    """``None`` when the compiled CPU handlers are loaded and registered, else why not.
+
+    Loads and registers them on the first call (thread-safe, once per process).
+
+    Example:
+        >>> from gpchol._cpu.ffi import cpu_unavailable_reason
+        >>> cpu_unavailable_reason() is None  # built by the install
+        True
+    """
+    with _lock:
+        if "reason" not in _state:
+            _state["reason"] = _load()
+        reason: str | None = _state["reason"]
+        return reason
+
+
+def _target(op: str, dtype: Any) -> str:
+    suffix = _SUFFIX.get(np.dtype(dtype))
+    if suffix is None:
+        raise TypeError(f"gpchol's CPU handlers take float32 or float64; got {np.dtype(dtype)}")
+    reason = cpu_unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(reason)
+    return f"gpchol_cpu_{op}_{suffix}"
+
+
+def chol_solve(K: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
+    """``(L, alpha, quad, logdet, status)`` of ``K`` and ``r`` by LAPACK, ``K`` in place.
+
+    ``K``'s buffer becomes ``L``'s (XLA copies ``K`` first only if something still reads
+    it). A failed factorization gives LAPACK's ``info`` as status and NaN elsewhere.
+
+    Args:
+        K: ``(..., n, n)`` symmetric positive definite (lower triangle read).
+        r: ``(..., n)`` right-hand sides, same batch shape as ``K``.
+
+    Returns:
+        ``L (..., n, n)`` (lower, zero strict upper), ``alpha = K^-1 r (..., n)``,
+        ``quad = r^T K^-1 r (...)``, ``logdet (...)``, int32 ``status (...)``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from gpchol._cpu.ffi import chol_solve
+        >>> L, alpha, quad, logdet, status = chol_solve(4.0 * jnp.eye(2), jnp.ones(2))
+        >>> L.tolist(), alpha.tolist(), float(quad), int(status)
+        ([[2.0, 0.0], [0.0, 2.0]], [0.25, 0.25], 0.5, 0)
+    """
+    batch = K.shape[:-2]
+    out = (
+        jax.ShapeDtypeStruct(K.shape, K.dtype),
+        jax.ShapeDtypeStruct(r.shape, K.dtype),
+        jax.ShapeDtypeStruct(batch, K.dtype),
+        jax.ShapeDtypeStruct(batch, K.dtype),
+        jax.ShapeDtypeStruct(batch, jnp.int32),
+    )
+    call = jax.ffi.ffi_call(
+        _target("chol_solve", K.dtype),
+        out,
+        input_output_aliases={0: 0},
+        vmap_method="broadcast_all",
+    )
+    return tuple(call(K, r.astype(K.dtype)))
+
+
+def potri(F: jax.Array, *, upper: bool = False) -> jax.Array:
+    """``A^-1`` from the Cholesky factor of ``A``, by LAPACK ``potri``, in place.
+
+    Args:
+        F: ``(..., n, n)`` the lower factor ``L`` (its strict upper triangle is ignored),
+            or with ``upper`` its transpose ``L^T`` (strict lower ignored).
+        upper: ``F`` holds ``L^T``.
+
+    Returns:
+        ``(..., n, n)`` the full symmetric ``A^-1``; NaN where the factor is singular.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from gpchol._cpu.ffi import potri
+        >>> potri(jnp.array([[2.0, 0.0], [1.0, 1.0]])).tolist()  # A = [[4, 2], [2, 2]]
+        [[0.5, -0.5], [-0.5, 1.0]]
+    """
+    call = jax.ffi.ffi_call(
+        _target("potri", F.dtype),
+        jax.ShapeDtypeStruct(F.shape, F.dtype),
+        input_output_aliases={0: 0},
+        vmap_method="broadcast_all",
+    )
+    return call(F, upper=bool(upper))
+
+
+def potrf_info(a: jax.Array, mask: jax.Array) -> jax.Array:
+    """LAPACK ``potrf``'s ``info`` for each matrix of ``a`` where ``mask`` is true.
+
+    The status search: each masked matrix is copied and factored in the working
+    precision; the others are not read and get 0.
+
+    Args:
+        a: ``(..., n, n)`` symmetric (lower triangle read).
+        mask: ``a.shape[:-2]`` booleans.
+
+    Returns:
+        int32 ``(...)``: 0, or the 1-based order of the first failing leading minor.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from gpchol._cpu.ffi import potrf_info
+        >>> a = jnp.array([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 2.0], [2.0, 1.0]]])
+        >>> potrf_info(a, jnp.array([True, True])).tolist()
+        [0, 2]
+    """
+    call = jax.ffi.ffi_call(
+        _target("potrf_info", a.dtype),
+        jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32),
+        vmap_method="broadcast_all",
+    )
+    return call(a, jnp.broadcast_to(jnp.asarray(mask, bool), a.shape[:-2]))

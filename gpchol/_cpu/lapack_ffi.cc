@@ -1,0 +1,357 @@
+// gpchol's CPU handlers: LAPACK on XLA's buffers, as compiled XLA FFI custom calls.
+//
+// Three operations run on every step of a Gaussian-process fit on the CPU, or whenever a
+// factorization fails; they used to be Python callbacks (jax.pure_callback /
+// buffer_callback), which take the GIL inside XLA's runtime, can deadlock it (seen with
+// XLA_FLAGS=--xla_cpu_multi_thread_eigen=false under vmap) and turn Ctrl-C into an
+// internal error. Here they are plain C++ called by XLA, never touching Python:
+//
+//   gpchol_cpu_chol_solve_{f32,f64}   K (..., n, n), r (..., n) ->
+//       L (aliased to K: factored in place), alpha = K^-1 r, quad = r^T K^-1 r,
+//       logdet = log det K, status (LAPACK potrf's info).
+//   gpchol_cpu_potri_{f32,f64}        factor (..., n, n) -> A^-1, in place (aliased).
+//   gpchol_cpu_potrf_info_{f32,f64}   a (..., n, n), mask (...) -> LAPACK potrf's info for
+//       each masked matrix (0 for the others, which are not read): the status search.
+//
+// Batch dimensions are looped over here, so vmap adds no per-element call.
+//
+// Layout. XLA hands the buffers row-major. The row-major n x n matrix M is, read as a
+// column-major (Fortran) matrix with leading dimension n, its transpose M^T. LAPACK's
+// potrf is called exactly as XLA's own CPU Cholesky and scipy.linalg.lapack.?potrf(a,
+// lower=1) call it: uplo 'L' on the column-major matrix. (Its 'U' path is the same
+// arithmetic in another order, and near a failing pivot it can report another `info`:
+// 143 of 600 rank-deficient test matrices differ between the two.) So the row-major lower
+// triangle is first mirrored onto the upper one (O(n^2), in place), potrf('L') then leaves
+// L in the column-major lower triangle, i.e. L^T in the row-major upper one, which one
+// more O(n^2) pass moves to the row-major lower triangle, zeroing the rest.
+//
+// LAPACK itself is the one SciPy ships (jaxlib's own CPU kernels use the same one): the
+// function pointers come from scipy.linalg.cython_lapack / cython_blas and are handed to
+// gpchol_cpu_set_lapack once, by gpchol._cpu.ffi, before any handler runs. So this
+// library links against no BLAS, and its status is by construction the same `info` as
+// scipy.linalg.lapack.?potrf and XLA's own Cholesky.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+#define GPCHOL_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+// Fortran LAPACK/BLAS signatures as SciPy's Cython modules export them (LP64 int).
+template <typename T>
+using PotrfFn = void(char* uplo, int* n, T* a, int* lda, int* info);
+template <typename T>
+using TrsvFn = void(char* uplo, char* trans, char* diag, int* n, T* a, int* lda, T* x,
+                    int* incx);
+
+struct Lapack {
+  PotrfFn<float>* spotrf = nullptr;
+  PotrfFn<double>* dpotrf = nullptr;
+  PotrfFn<float>* spotri = nullptr;
+  PotrfFn<double>* dpotri = nullptr;
+  TrsvFn<float>* strsv = nullptr;
+  TrsvFn<double>* dtrsv = nullptr;
+};
+
+// Set once by gpchol_cpu_set_lapack (under gpchol._cpu.ffi's lock, before the handlers are
+// registered with XLA) and only read afterwards.
+Lapack g_lapack;
+
+template <typename T>
+struct Routines;
+
+template <>
+struct Routines<float> {
+  static PotrfFn<float>* potrf() { return g_lapack.spotrf; }
+  static PotrfFn<float>* potri() { return g_lapack.spotri; }
+  static TrsvFn<float>* trsv() { return g_lapack.strsv; }
+};
+
+template <>
+struct Routines<double> {
+  static PotrfFn<double>* potrf() { return g_lapack.dpotrf; }
+  static PotrfFn<double>* potri() { return g_lapack.dpotri; }
+  static TrsvFn<double>* trsv() { return g_lapack.dtrsv; }
+};
+
+// Square matrices of order n stacked over the leading dimensions of `dims`.
+struct Stack {
+  int64_t batch = 1;
+  int64_t n = 0;
+};
+
+ffi::Error SquareStack(ffi::AnyBuffer::Dimensions dims, const char* what, Stack* out) {
+  if (dims.size() < 2 || dims[dims.size() - 1] != dims[dims.size() - 2]) {
+    return ffi::Error::InvalidArgument(std::string("gpchol_cpu: ") + what +
+                                       " must have shape (..., n, n)");
+  }
+  out->n = dims[dims.size() - 1];
+  if (out->n > std::numeric_limits<int>::max()) {
+    return ffi::Error::InvalidArgument(std::string("gpchol_cpu: ") + what +
+                                       " is too large for 32-bit LAPACK");
+  }
+  out->batch = 1;
+  for (size_t i = 0; i + 2 < dims.size(); ++i) out->batch *= dims[i];
+  return ffi::Error::Success();
+}
+
+ffi::Error NotReady() {
+  return ffi::Error::Internal(
+      "gpchol_cpu: LAPACK routines were not set (gpchol._cpu.ffi loads them first)");
+}
+
+// Row-major lower triangle -> the full symmetric matrix (upper := lower^T), by square
+// blocks so that both reads and writes stay in cache.
+template <typename T>
+void MirrorLowerToUpper(T* a, int64_t n) {
+  constexpr int64_t kBlock = 64;
+  for (int64_t ib = 0; ib < n; ib += kBlock) {
+    const int64_t ie = std::min(ib + kBlock, n);
+    for (int64_t jb = ib; jb < n; jb += kBlock) {
+      const int64_t je = std::min(jb + kBlock, n);
+      for (int64_t i = ib; i < ie; ++i) {
+        for (int64_t j = std::max(jb, i + 1); j < je; ++j) a[i * n + j] = a[j * n + i];
+      }
+    }
+  }
+}
+
+// Row-major upper triangle -> the full symmetric matrix (lower := upper^T).
+template <typename T>
+void MirrorUpperToLower(T* a, int64_t n) {
+  constexpr int64_t kBlock = 64;
+  for (int64_t ib = 0; ib < n; ib += kBlock) {
+    const int64_t ie = std::min(ib + kBlock, n);
+    for (int64_t jb = 0; jb <= ib; jb += kBlock) {
+      const int64_t je = std::min(jb + kBlock, n);
+      for (int64_t i = ib; i < ie; ++i) {
+        for (int64_t j = jb; j < std::min(je, i); ++j) a[i * n + j] = a[j * n + i];
+      }
+    }
+  }
+}
+
+template <typename T>
+void FillNan(T* a, int64_t count) {
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  for (int64_t i = 0; i < count; ++i) a[i] = nan;
+}
+
+// Row-major upper triangle moved to the lower one (lower := upper^T), upper zeroed.
+template <typename T>
+void MoveUpperToLower(T* a, int64_t n) {
+  constexpr int64_t kBlock = 64;
+  for (int64_t ib = 0; ib < n; ib += kBlock) {
+    const int64_t ie = std::min(ib + kBlock, n);
+    for (int64_t jb = ib; jb < n; jb += kBlock) {
+      const int64_t je = std::min(jb + kBlock, n);
+      for (int64_t i = ib; i < ie; ++i) {
+        for (int64_t j = std::max(jb, i + 1); j < je; ++j) {
+          a[j * n + i] = a[i * n + j];
+          a[i * n + j] = 0;
+        }
+      }
+    }
+  }
+}
+
+// In place: LAPACK potrf('L') of the matrix whose row-major lower triangle `a` holds, as
+// XLA's Cholesky calls it (see the top comment). Returns the reference LAPACK info: 0, or
+// the first pivot (1-based) that is not positive -- NaN included. Reference LAPACK's
+// dpotrf2 tests `ajj <= 0 || disnan(ajj)`; OpenBLAS's own potrf (the one SciPy and jaxlib
+// ship) tests only `ajj <= 0` and reports success with NaN in the factor. A NaN pivot
+// leaves a NaN on the factor's diagonal at the same place, so the first NaN there is the
+// pivot reference LAPACK would name. On success the row-major upper triangle holds L^T.
+template <typename T>
+int PotrfAsXla(T* a, int64_t n) {
+  MirrorLowerToUpper(a, n);
+  char uplo = 'L';
+  int nn = static_cast<int>(n), lda = std::max(nn, 1), info = 0;
+  Routines<T>::potrf()(&uplo, &nn, a, &lda, &info);
+  if (info != 0) return info;
+  for (int64_t j = 0; j < n; ++j) {
+    if (std::isnan(a[j * n + j])) return static_cast<int>(j + 1);
+  }
+  return 0;
+}
+
+// In place: the row-major lower triangle of `a` (n x n) -> its lower Cholesky factor
+// (strict upper zeroed). Returns LAPACK's info; on failure `a` holds LAPACK's partial
+// work and the caller overwrites it.
+template <typename T>
+int FactorLowerInPlace(T* a, int64_t n) {
+  const int info = PotrfAsXla(a, n);
+  if (info == 0) MoveUpperToLower(a, n);
+  return info;
+}
+
+// ---- chol_solve -----------------------------------------------------------------------
+
+template <typename T, ffi::DataType D>
+ffi::Error CholSolveImpl(ffi::Buffer<D> K, ffi::Buffer<D> r, ffi::ResultBuffer<D> L,
+                         ffi::ResultBuffer<D> alpha, ffi::ResultBuffer<D> quad,
+                         ffi::ResultBuffer<D> logdet, ffi::ResultBuffer<ffi::S32> status) {
+  if (Routines<T>::potrf() == nullptr || Routines<T>::trsv() == nullptr) return NotReady();
+  Stack s;
+  if (auto err = SquareStack(K.dimensions(), "K", &s); err.failure()) return err;
+  const int64_t n = s.n;
+  if (r.element_count() != static_cast<size_t>(s.batch * n)) {
+    return ffi::Error::InvalidArgument("gpchol_cpu: r must have shape (..., n) matching K");
+  }
+  T* l = L->typed_data();
+  if (l != K.typed_data()) std::memcpy(l, K.typed_data(), sizeof(T) * s.batch * n * n);
+  const T* rv = r.typed_data();
+  T* al = alpha->typed_data();
+  T* q = quad->typed_data();
+  T* ld = logdet->typed_data();
+  int32_t* st = status->typed_data();
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  char up = 'U', trans_t = 'T', trans_n = 'N', nondiag = 'N';
+  int nn = static_cast<int>(n), lda = std::max(nn, 1), inc = 1;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    T* lb = l + b * n * n;
+    T* ab = al + b * n;
+    const int info = FactorLowerInPlace(lb, n);
+    st[b] = info;
+    if (info != 0) {
+      FillNan(lb, n * n);
+      FillNan(ab, n);
+      q[b] = nan;
+      ld[b] = nan;
+      continue;
+    }
+    // The column-major view of lb holds U = L^T in its upper triangle:
+    // U^T z = r (i.e. L z = r), then U alpha = z (i.e. L^T alpha = z).
+    std::memcpy(ab, rv + b * n, sizeof(T) * n);
+    if (n > 0) Routines<T>::trsv()(&up, &trans_t, &nondiag, &nn, lb, &lda, ab, &inc);
+    T zz = 0, sum_log = 0;
+    for (int64_t i = 0; i < n; ++i) zz += ab[i] * ab[i];
+    if (n > 0) Routines<T>::trsv()(&up, &trans_n, &nondiag, &nn, lb, &lda, ab, &inc);
+    for (int64_t i = 0; i < n; ++i) sum_log += std::log(lb[i * n + i]);
+    q[b] = zz;
+    ld[b] = 2 * sum_log;
+  }
+  return ffi::Error::Success();
+}
+
+// ---- potri ----------------------------------------------------------------------------
+
+// `upper`: the buffer holds the factor transposed (row-major L^T, i.e. the column-major
+// view is L), as XLA's column-major potrf output reaches us without a relayout.
+template <typename T, ffi::DataType D>
+ffi::Error PotriImpl(ffi::Buffer<D> F, ffi::ResultBuffer<D> out, bool upper) {
+  if (Routines<T>::potri() == nullptr) return NotReady();
+  Stack s;
+  if (auto err = SquareStack(F.dimensions(), "the factor", &s); err.failure()) return err;
+  const int64_t n = s.n;
+  T* o = out->typed_data();
+  if (o != F.typed_data()) std::memcpy(o, F.typed_data(), sizeof(T) * s.batch * n * n);
+  // Column-major view: the factor sits in its lower triangle when `upper`, else upper.
+  char uplo = upper ? 'L' : 'U';
+  int nn = static_cast<int>(n), lda = std::max(nn, 1), info = 0;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    T* ob = o + b * n * n;
+    info = 0;
+    if (n > 0) Routines<T>::potri()(&uplo, &nn, ob, &lda, &info);
+    if (info != 0) {
+      FillNan(ob, n * n);
+    } else if (upper) {
+      MirrorUpperToLower(ob, n);  // A^-1 is in the row-major upper triangle
+    } else {
+      MirrorLowerToUpper(ob, n);
+    }
+  }
+  return ffi::Error::Success();
+}
+
+// ---- potrf_info (the status search) ---------------------------------------------------
+
+template <typename T, ffi::DataType D>
+ffi::Error PotrfInfoImpl(ffi::Buffer<D> a, ffi::Buffer<ffi::PRED> mask,
+                         ffi::ResultBuffer<ffi::S32> status) {
+  if (Routines<T>::potrf() == nullptr) return NotReady();
+  Stack s;
+  if (auto err = SquareStack(a.dimensions(), "a", &s); err.failure()) return err;
+  if (mask.element_count() != static_cast<size_t>(s.batch)) {
+    return ffi::Error::InvalidArgument("gpchol_cpu: mask must have shape a.shape[:-2]");
+  }
+  const int64_t n = s.n;
+  const bool* m = mask.typed_data();
+  int32_t* st = status->typed_data();
+  std::vector<T> work;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    st[b] = 0;
+    if (!m[b] || n == 0) continue;
+    if (work.empty()) work.resize(static_cast<size_t>(n * n));
+    std::memcpy(work.data(), a.typed_data() + b * n * n, sizeof(T) * n * n);
+    st[b] = PotrfAsXla(work.data(), n);
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+// ---- exported symbols -----------------------------------------------------------------
+
+// Hands the library SciPy's LAPACK/BLAS routines; returns 0 (all set) or -1 (a null).
+GPCHOL_EXPORT int gpchol_cpu_set_lapack(void* spotrf, void* dpotrf, void* spotri,
+                                        void* dpotri, void* strsv, void* dtrsv) {
+  if (!spotrf || !dpotrf || !spotri || !dpotri || !strsv || !dtrsv) return -1;
+  g_lapack.spotrf = reinterpret_cast<PotrfFn<float>*>(spotrf);
+  g_lapack.dpotrf = reinterpret_cast<PotrfFn<double>*>(dpotrf);
+  g_lapack.spotri = reinterpret_cast<PotrfFn<float>*>(spotri);
+  g_lapack.dpotri = reinterpret_cast<PotrfFn<double>*>(dpotri);
+  g_lapack.strsv = reinterpret_cast<TrsvFn<float>*>(strsv);
+  g_lapack.dtrsv = reinterpret_cast<TrsvFn<double>*>(dtrsv);
+  return 0;
+}
+
+// The library is compiled with hidden visibility; each handler is first declared with
+// default visibility, which its definition by XLA_FFI_DEFINE_HANDLER_SYMBOL keeps.
+#define GPCHOL_HANDLER_EXPORT(NAME) \
+  extern "C" __attribute__((visibility("default"))) XLA_FFI_Error* NAME(XLA_FFI_CallFrame*)
+
+#define GPCHOL_CHOL_SOLVE(NAME, T, D)                              \
+  GPCHOL_HANDLER_EXPORT(NAME);                                     \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, (CholSolveImpl<T, D>),       \
+                                ffi::Ffi::Bind()                   \
+                                    .Arg<ffi::Buffer<D>>()         \
+                                    .Arg<ffi::Buffer<D>>()         \
+                                    .Ret<ffi::Buffer<D>>()         \
+                                    .Ret<ffi::Buffer<D>>()         \
+                                    .Ret<ffi::Buffer<D>>()         \
+                                    .Ret<ffi::Buffer<D>>()         \
+                                    .Ret<ffi::Buffer<ffi::S32>>())
+
+#define GPCHOL_POTRI(NAME, T, D)                                   \
+  GPCHOL_HANDLER_EXPORT(NAME);                                     \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, (PotriImpl<T, D>),           \
+                                ffi::Ffi::Bind()                   \
+                                    .Arg<ffi::Buffer<D>>()         \
+                                    .Ret<ffi::Buffer<D>>()         \
+                                    .Attr<bool>("upper"))
+
+#define GPCHOL_POTRF_INFO(NAME, T, D)                              \
+  GPCHOL_HANDLER_EXPORT(NAME);                                     \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, (PotrfInfoImpl<T, D>),       \
+                                ffi::Ffi::Bind()                   \
+                                    .Arg<ffi::Buffer<D>>()         \
+                                    .Arg<ffi::Buffer<ffi::PRED>>() \
+                                    .Ret<ffi::Buffer<ffi::S32>>())
+
+GPCHOL_CHOL_SOLVE(gpchol_cpu_chol_solve_f32, float, ffi::F32);
+GPCHOL_CHOL_SOLVE(gpchol_cpu_chol_solve_f64, double, ffi::F64);
+GPCHOL_POTRI(gpchol_cpu_potri_f32, float, ffi::F32);
+GPCHOL_POTRI(gpchol_cpu_potri_f64, double, ffi::F64);
+GPCHOL_POTRF_INFO(gpchol_cpu_potrf_info_f32, float, ffi::F32);
+GPCHOL_POTRF_INFO(gpchol_cpu_potrf_info_f64, double, ffi::F64);
