@@ -29,6 +29,8 @@ import numpy as np
 
 __all__ = [
     "TMP_PREFIX",
+    "current_umask",
+    "file_mode",
     "file_sha256",
     "fsync_dir",
     "load_json",
@@ -43,6 +45,43 @@ __all__ = [
 
 TMP_PREFIX = ".tmp-"
 """How the temporary files of :func:`write_bytes_atomic` are named: ``.tmp-XXXXXXXX<name>``."""
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where possible.
+
+    From ``/proc/self/status`` on Linux; elsewhere by setting and restoring it
+    (``os.umask``), which is not atomic with respect to other threads.
+
+    Example:
+        >>> from gpchol._base.io import current_umask
+        >>> 0 <= current_umask() <= 0o777
+        True
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def file_mode() -> int:
+    """The permission bits a new file gets under the user's umask: ``0o666 & ~umask``.
+
+    (``tempfile.mkstemp`` creates ``0o600`` files; :func:`write_bytes_atomic` sets this
+    mode on its temporary file so that the committed file looks like any other.)
+
+    Example:
+        >>> from gpchol._base.io import file_mode
+        >>> file_mode() & ~0o666
+        0
+    """
+    return 0o666 & ~current_umask()
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
@@ -72,7 +111,8 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Writes ``data`` to ``path`` atomically (temporary file + ``os.replace``).
 
     The temporary file sits in the target's directory, so a reader sees the old file or
-    the complete new one, never a partial write.
+    the complete new one, never a partial write. The file gets the user's umask's
+    permissions (:func:`file_mode`), like one written with ``open``.
 
     Args:
         path: destination file; its directory is created when missing.
@@ -92,6 +132,8 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=os.path.basename(path), dir=directory)
         with os.fdopen(fd, "wb") as f:
+            if hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), file_mode())
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -24,55 +24,19 @@ import os
 import tempfile
 from collections.abc import Mapping
 
+from gpchol._base.io import current_umask, file_mode, write_bytes_atomic
 from gpchol.cli.errors import CLIError
 
 __all__ = ["check_output", "current_umask", "file_mode", "write_file"]
-
-_TMP_PREFIX = ".tmp-"
-
-
-def current_umask() -> int:
-    """The process's umask (read from ``/proc/self/status`` where it can be, unchanged).
-
-    Elsewhere it is read by setting and restoring it (``os.umask``).
-    """
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
-def file_mode() -> int:
-    """The permission bits of a new file under the user's umask: ``0o666 & ~umask``."""
-    return 0o666 & ~current_umask()
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # a platform where directories cannot be opened
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def write_file(path: str | os.PathLike[str], data: bytes) -> None:
     """Writes ``data`` to ``path`` atomically, with the user's umask's permissions.
 
-    A temporary file in the target's directory gets the data and the mode
-    :func:`file_mode`, is flushed to disk, then renamed over ``path`` (``os.replace``);
-    the temporary file is removed on every exit path Python sees (an exception,
-    ``KeyboardInterrupt``, ``SystemExit``). Missing directories are created.
+    :func:`gpchol._base.io.write_bytes_atomic`: a temporary file in the target's
+    directory gets the data and the mode :func:`file_mode`, is flushed to disk, then
+    renamed over ``path``; it is removed on every exit path Python sees. Missing
+    directories are created.
 
     Args:
         path: the destination file.
@@ -81,27 +45,7 @@ def write_file(path: str | os.PathLike[str], data: bytes) -> None:
     Raises:
         OSError: the file cannot be written.
     """
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=os.path.basename(path), dir=directory)
-        with os.fdopen(fd, "wb") as f:
-            if hasattr(os, "fchmod"):
-                os.fchmod(f.fileno(), file_mode())
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        tmp = None
-        _fsync_dir(directory)
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    write_bytes_atomic(path, data)
 
 
 def _same(a: str, b: str) -> bool:
