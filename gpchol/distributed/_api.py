@@ -182,6 +182,17 @@ def _constrain(x: jax.Array, mesh: AnyMesh, spec: P) -> jax.Array:
     return jax.lax.with_sharding_constraint(x, s)
 
 
+def place_traced(x: jax.Array, mesh: AnyMesh, spec: P) -> jax.Array:
+    """A traced operand laid out as ``spec`` on ``mesh`` before it enters ``shard_map``.
+
+    An unsharded array inside the caller's ``jit`` or ``grad`` (its type says
+    ``P(None, None)`` on an Explicit mesh, nothing on an Auto one) is placed by a sharding
+    constraint (``reshard`` on Explicit axes, ``with_sharding_constraint`` on Auto ones),
+    as :func:`potrf` documents; for one already laid out so the constraint is a no-op.
+    """
+    return _constrain(x, mesh, _norm_spec(spec))
+
+
 def _sym_tangent(a: jax.Array, mesh: AnyMesh, spec: P) -> jax.Array:
     """Identity on ``a``; its tangent is symmetrized, ``(da + da^T) / 2``.
 
@@ -224,7 +235,7 @@ def _potrf_traced(
     spec = _norm_spec(spec)
     r, c = axes_of(spec, mesh)
     grid, pad = _setup(n, T_A, mesh, r, c)
-    a = _sym_tangent(a, mesh, spec)
+    a = _sym_tangent(place_traced(a, mesh, spec), mesh, spec)
     body = functools.partial(_core.potrf_block, grid, pad)
     return _smap(body, mesh, (spec,), (spec, P()))(a)
 
@@ -236,7 +247,9 @@ def potrf_jit_ctx(
 
     Args:
         a: ``(n, n)`` symmetric positive-definite matrix (lower triangle read), sharded as
-            ``P(row_axis, col_axis)``, ``P(row_axis, None)`` or ``P(None, col_axis)``.
+            ``P(row_axis, col_axis)``, ``P(row_axis, None)`` or ``P(None, col_axis)``. An
+            array laid out otherwise (e.g. unsharded) is placed so by a sharding
+            constraint (``mesh`` must then be given or set by ``jax.set_mesh``).
         T_A: tile size (``1 <= T_A <= n / max(Pr, Pc)``); default picks one.
         mesh: the mesh; default: ``a``'s sharding, else the mesh set by ``jax.set_mesh``.
         spec: the ``PartitionSpec`` of ``a`` when it cannot be read from ``a`` (default:
@@ -265,15 +278,19 @@ def potrf_jit_ctx(
 
 @functools.lru_cache(maxsize=64)
 def _potrf_jitted(mesh: AnyMesh, spec: P, T_A: int | None, donate: bool) -> Callable[..., Any]:
-    out = NamedSharding(mesh, spec)
+    """The jitted factorization for one static configuration (cached: one compile each)."""
 
     def f(a: jax.Array) -> tuple[jax.Array, jax.Array]:
         return _potrf_traced(a, T_A, mesh, spec)
 
+    if not donate or not isinstance(mesh, Mesh):
+        # the layout comes from the constraint and shard_map inside; no out_shardings, so
+        # that a transposed call (reverse mode of an eager jax.grad) takes any cotangent
+        return jax.jit(f)
     return jax.jit(
         f,
         donate_argnums=(0,) if donate else (),
-        out_shardings=(out, NamedSharding(mesh, P())),
+        out_shardings=(NamedSharding(mesh, spec), NamedSharding(mesh, P())),
     )
 
 
@@ -326,7 +343,9 @@ def potrf(
         a: ``(n, n)`` symmetric positive-definite float32/float64 matrix (lower triangle
             read), sharded as ``NamedSharding(mesh, P(row_axis, col_axis))`` (or
             ``P(row_axis, None)`` / ``P(None, col_axis)``). An unsharded array is placed
-            with ``P(first_axis, second_axis)`` of ``mesh``. ``n`` need not be a multiple
+            with ``P(first_axis, second_axis)`` of ``mesh``: by ``jax.device_put`` when
+            concrete, by a sharding constraint when traced (inside the caller's ``jit``
+            or ``grad``). ``n`` need not be a multiple
             of ``T_A`` (the tiles are padded internally, and unpadded on return); it must be
             a multiple of each sharded mesh axis size, because JAX cannot hold such an
             array otherwise (a ``ValueError`` says how to pad; the GP likelihood
@@ -339,6 +358,9 @@ def potrf(
     Returns:
         ``L`` with ``a``'s sharding, or ``(L, status)``; status is 0 on success, else the
         1-based index of the first failing pivot, and ``L`` is then all NaN.
+
+    Called eagerly or inside the caller's transformations alike, it runs one jitted
+    program, compiled once per ``(mesh, spec, T_A, donate)`` and shape (never op by op).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -355,7 +377,9 @@ def potrf(
     axes_of(spec, mesh)
     _setup(a.shape[0], T_A, mesh, *axes_of(spec, mesh))
     if isinstance(a, jax.core.Tracer):
-        L, status = _potrf_traced(a, T_A, mesh, spec)
+        # inside the caller's jit/grad/vmap: the same cached jitted function (placed by a
+        # sharding constraint inside; a traced input is not donated)
+        L, status = _potrf_jitted(mesh, spec, T_A, False)(a)
     else:
         a = _place(a, mesh, spec)
         L, status = _potrf_jitted(mesh, spec, T_A, bool(donate))(a)
@@ -434,6 +458,7 @@ def _potrs_traced(L: jax.Array, b: jax.Array, T_A: int | None, mesh: AnyMesh, sp
     grid, pad = _setup(n, T_A, mesh, r, c)
     b2, vec = _rhs(b, n)
     b2 = _constrain(b2.astype(L.dtype), mesh, P())
+    L = place_traced(L, mesh, spec)
     body = functools.partial(_core.potrs_block, grid, pad)
     x = _smap(body, mesh, (spec, P()), P())(L, b2)
     return x[:, 0] if vec else x
@@ -552,7 +577,7 @@ def _logdet_traced(L: jax.Array, mesh: AnyMesh, spec: P) -> jax.Array:
     Pc = mesh.shape[c] if c else 1
     grid = _local.Grid(Pr, Pc, 1, 1, r, c)
     body = functools.partial(_core.logdet_block, grid, n // Pr, n // Pc)
-    return _smap(body, mesh, (spec,), P())(L)
+    return _smap(body, mesh, (spec,), P())(place_traced(L, mesh, spec))
 
 
 def logdet_jit_ctx(
