@@ -16,8 +16,8 @@ from gpchol._base.transforms import (
     to_constrained,
     to_unconstrained,
 )
-from gpchol._fit import FitResult, fit
-from gpchol._gp import GaussianProcess, Posterior
+from gpchol._fit import CheckpointError, FitInterrupted, FitResult, FitTerminated, fit
+from gpchol._gp import GaussianProcess, GPDiagnostics, Posterior, SingularCovarianceWarning
 from gpchol._linalg.solve import cho_inverse, cho_solve, logdet, mvn_logpdf, solve_triangular
 from gpchol._routing import cholesky, cholesky_with_status
 from gpchol.means import as_mean
@@ -39,12 +39,17 @@ def __getattr__(name: str) -> _types.ModuleType:
 
 __all__ = [
     "Bounded",
+    "CheckpointError",
+    "FitInterrupted",
     "FitResult",
+    "FitTerminated",
+    "GPDiagnostics",
     "GaussianProcess",
     "Identity",
     "NotPositiveDefiniteError",
     "Positive",
     "Posterior",
+    "SingularCovarianceWarning",
     "Transform",
     "__version__",
     "as_mean",

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import gpchol
 from gpchol import GaussianProcess, Positive, fit, kernels
 from gpchol._internal import io as io_mod
 
@@ -160,7 +161,7 @@ def test_other_fit_refused_naming_the_difference(
         with pytest.raises(ValueError) as info:
             call()
         e = info.value
-        assert type(e).__name__ == "CheckpointError", (word, e)
+        assert isinstance(e, gpchol.CheckpointError), (word, e)
         msg = str(e)
         assert str(tmp_path / "ck.json") in msg and "different fit" in msg, msg
         assert word in msg and "resume=False" in msg, (word, msg)
@@ -227,7 +228,7 @@ def test_damaged_checkpoints_named(small: dict[str, Any], tmp_path: pathlib.Path
     def refused(*words: str) -> str:
         with pytest.raises(ValueError) as info:
             fit(build, P0, Y, checkpoint=ck, **KW)
-        assert type(info.value).__name__ == "CheckpointError"
+        assert isinstance(info.value, gpchol.CheckpointError)
         msg = str(info.value)
         for w in words:
             assert w in msg, (w, msg)
@@ -325,7 +326,7 @@ def test_one_fit_per_checkpoint_path(tmp_path: pathlib.Path) -> None:
 
     res = fit(loss, jnp.zeros(2), callback=nested, **kw)
     assert res.n_steps == 3 and len(errors) == 1
-    assert type(errors[0]).__name__ == "CheckpointError"
+    assert isinstance(errors[0], gpchol.CheckpointError)
     assert str(tmp_path / "c.lock") in str(errors[0]) and "another fit" in str(errors[0])
     _assert_one_checkpoint(tmp_path, "c")  # the lock is gone with the fit
 
@@ -374,7 +375,7 @@ def test_sigint_commits_then_raises_keyboard_interrupt(tmp_path: pathlib.Path) -
         )
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
     e = info.value
-    assert type(e).__name__ == "FitInterrupted" and "SIGINT" in str(e)
+    assert isinstance(e, gpchol.FitInterrupted) and "SIGINT" in str(e)
     assert str(tmp_path / "ck.json") in str(e) and "resume=True" in str(e)
     meta = _assert_one_checkpoint(tmp_path)
     assert meta["state"]["step"] == 7  # the state at the signal, not the last periodic one
