@@ -1,6 +1,7 @@
 """Shared test helpers (imported by the test modules)."""
 
 import numpy as np
+import scipy.linalg.lapack as lapack
 
 
 def random_spd(rng, n, batch=(), dtype=np.float64, cond=None):
@@ -8,3 +9,26 @@ def random_spd(rng, n, batch=(), dtype=np.float64, cond=None):
     m = rng.standard_normal(batch + (n, n))
     a = m @ np.swapaxes(m, -1, -2) / max(n, 1) + np.eye(n)
     return a.astype(dtype)
+
+
+def lapack_info(a):
+    """Reference LAPACK ``potrf``'s ``info`` for each matrix of ``a`` (``(..., n, n)``).
+
+    SciPy's ``?potrf(a, lower=1)`` in the same precision, plus reference LAPACK's NaN
+    test (``dpotrf2``: a pivot fails when ``ajj <= 0`` or ``ajj`` is NaN), which the
+    OpenBLAS ``potrf`` shipped with SciPy lacks: where it reports success, the first NaN
+    on its factor's diagonal is the first failing pivot. (After a NaN pivot every later
+    pivot is NaN, so OpenBLAS cannot have failed later for another reason.)
+    """
+    a = np.asarray(a)
+    if a.shape[-1] == 0:
+        return np.zeros(a.shape[:-2], int)
+    potrf = lapack.spotrf if a.dtype == np.float32 else lapack.dpotrf
+    out = []
+    for m in a.reshape((-1,) + a.shape[-2:]):
+        c, info = potrf(np.array(m), lower=1)
+        if info == 0:
+            nan = np.flatnonzero(np.isnan(np.diagonal(c)))
+            info = int(nan[0]) + 1 if nan.size else 0
+        out.append(int(info))
+    return np.asarray(out, int).reshape(a.shape[:-2])

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg.lapack as lapack
+from helpers import lapack_info
 
 import gpchol
 from gpchol import kernels
@@ -48,29 +49,6 @@ BASE_SEED = int(os.environ.get("GPCHOL_TEST_SEED", "0"))
 
 
 # ------------------------------------------------------------------------- references
-
-
-def lapack_info(a):
-    """Reference LAPACK ``potrf``'s ``info`` for each matrix of ``a`` (``(..., n, n)``).
-
-    SciPy's ``?potrf(a, lower=1)`` in the same precision, plus reference LAPACK's NaN
-    test (``dpotrf2``: a pivot fails when ``ajj <= 0`` or ``ajj`` is NaN), which the
-    OpenBLAS ``potrf`` shipped with SciPy lacks: where it reports success, the first NaN
-    on its factor's diagonal is the first failing pivot. (After a NaN pivot every later
-    pivot is NaN, so OpenBLAS cannot have failed later for another reason.)
-    """
-    a = np.asarray(a)
-    if a.shape[-1] == 0:
-        return np.zeros(a.shape[:-2], int)
-    potrf = lapack.spotrf if a.dtype == np.float32 else lapack.dpotrf
-    out = []
-    for m in a.reshape((-1,) + a.shape[-2:]):
-        c, info = potrf(np.array(m), lower=1)
-        if info == 0:
-            nan = np.flatnonzero(np.isnan(np.diagonal(c)))
-            info = int(nan[0]) + 1 if nan.size else 0
-        out.append(int(info))
-    return np.asarray(out, int).reshape(a.shape[:-2])
 
 
 def lapack_factor(a):
