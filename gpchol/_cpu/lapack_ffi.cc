@@ -110,35 +110,32 @@ ffi::Error NotReady() {
       "gpchol_cpu: LAPACK routines were not set (gpchol._cpu.ffi loads them first)");
 }
 
-// Row-major lower triangle -> the full symmetric matrix (upper := lower^T), by square
-// blocks so that both reads and writes stay in cache.
-template <typename T>
-void MirrorLowerToUpper(T* a, int64_t n) {
+// Calls f(i, j) for every strict-upper pair i < j of an n x n matrix, by square blocks so
+// that both a[i * n + j] and its mirror a[j * n + i] stay in cache.
+template <typename F>
+void ForEachUpperPair(int64_t n, F f) {
   constexpr int64_t kBlock = 64;
   for (int64_t ib = 0; ib < n; ib += kBlock) {
     const int64_t ie = std::min(ib + kBlock, n);
     for (int64_t jb = ib; jb < n; jb += kBlock) {
       const int64_t je = std::min(jb + kBlock, n);
       for (int64_t i = ib; i < ie; ++i) {
-        for (int64_t j = std::max(jb, i + 1); j < je; ++j) a[i * n + j] = a[j * n + i];
+        for (int64_t j = std::max(jb, i + 1); j < je; ++j) f(i, j);
       }
     }
   }
 }
 
+// Row-major lower triangle -> the full symmetric matrix (upper := lower^T).
+template <typename T>
+void MirrorLowerToUpper(T* a, int64_t n) {
+  ForEachUpperPair(n, [a, n](int64_t i, int64_t j) { a[i * n + j] = a[j * n + i]; });
+}
+
 // Row-major upper triangle -> the full symmetric matrix (lower := upper^T).
 template <typename T>
 void MirrorUpperToLower(T* a, int64_t n) {
-  constexpr int64_t kBlock = 64;
-  for (int64_t ib = 0; ib < n; ib += kBlock) {
-    const int64_t ie = std::min(ib + kBlock, n);
-    for (int64_t jb = 0; jb <= ib; jb += kBlock) {
-      const int64_t je = std::min(jb + kBlock, n);
-      for (int64_t i = ib; i < ie; ++i) {
-        for (int64_t j = jb; j < std::min(je, i); ++j) a[i * n + j] = a[j * n + i];
-      }
-    }
-  }
+  ForEachUpperPair(n, [a, n](int64_t i, int64_t j) { a[j * n + i] = a[i * n + j]; });
 }
 
 template <typename T>
@@ -150,19 +147,10 @@ void FillNan(T* a, int64_t count) {
 // Row-major upper triangle moved to the lower one (lower := upper^T), upper zeroed.
 template <typename T>
 void MoveUpperToLower(T* a, int64_t n) {
-  constexpr int64_t kBlock = 64;
-  for (int64_t ib = 0; ib < n; ib += kBlock) {
-    const int64_t ie = std::min(ib + kBlock, n);
-    for (int64_t jb = ib; jb < n; jb += kBlock) {
-      const int64_t je = std::min(jb + kBlock, n);
-      for (int64_t i = ib; i < ie; ++i) {
-        for (int64_t j = std::max(jb, i + 1); j < je; ++j) {
-          a[j * n + i] = a[i * n + j];
-          a[i * n + j] = 0;
-        }
-      }
-    }
-  }
+  ForEachUpperPair(n, [a, n](int64_t i, int64_t j) {
+    a[j * n + i] = a[i * n + j];
+    a[i * n + j] = 0;
+  });
 }
 
 // In place: LAPACK potrf('L') of the matrix whose row-major lower triangle `a` holds, as
