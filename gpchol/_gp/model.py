@@ -60,7 +60,7 @@ from gpchol._linalg.blocks import trsm
 from gpchol._linalg.gaussian import DenseCovariance, GaussianRule, gaussian_loglik, gaussian_value
 from gpchol._linalg.status import raise_if_failed
 from gpchol._routing import cholesky_with_status
-from gpchol.kernels import Kernel
+from gpchol.kernels import Kernel, as_kernel
 from gpchol.means import Mean, as_mean
 
 __all__ = ["GaussianProcess", "Posterior"]
@@ -222,9 +222,7 @@ class GaussianProcess:
         tile_size: int | None = None,
     ) -> None:
         if not isinstance(kernel, Kernel):
-            raise TypeError(
-                f"kernel must be a gpchol kernel (gpchol.kernels.*); got {type(kernel).__name__}."
-            )
+            kernel = as_kernel(kernel)  # a function f(x1, x2) -> scalar, or TypeError
         X = as_inputs(X)
         noise = jnp.asarray(noise)
         if not jnp.issubdtype(noise.dtype, jnp.floating):
