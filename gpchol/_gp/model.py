@@ -42,8 +42,7 @@ Example:
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import jax
@@ -55,9 +54,16 @@ from jax.typing import ArrayLike, DTypeLike
 from gpchol._base.errors import NotPositiveDefiniteError
 from gpchol._base.validate import as_inputs, check_jitter, check_tile_size, is_concrete
 from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
+from gpchol._gp.posterior import Posterior
 from gpchol._linalg.backends import resolve_backend, tile_for
-from gpchol._linalg.blocks import trsm
-from gpchol._linalg.gaussian import DenseCovariance, GaussianRule, gaussian_loglik, gaussian_value
+from gpchol._linalg.cholesky import linear_chol_tangent
+from gpchol._linalg.gaussian import (
+    DenseCovariance,
+    GaussianRule,
+    gaussian_factor,
+    gaussian_loglik,
+    gaussian_value,
+)
 from gpchol._linalg.status import raise_if_failed
 from gpchol._routing import cholesky_with_status
 from gpchol.kernels import Kernel, as_kernel
@@ -171,6 +177,62 @@ class _GPCovariance:
             return acc + jnp.sum(jnp.where(keep, W * Kd.astype(dtype), 0.0)), None
 
         return jax.lax.scan(step, jnp.zeros((), dtype), starts)[0]
+
+
+# ----------------------------------------------------------------------------------------
+# Conditioning: the likelihood's lean forward pass, with the factor and alpha kept
+# ----------------------------------------------------------------------------------------
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _conditioned(gp: GaussianProcess, r: jax.Array, rule: GaussianRule) -> tuple[jax.Array, ...]:
+    """``(L, value, alpha, status, jitter_used)`` of ``K = k(X, X) + diag(noise)``.
+
+    ``K`` is built inside and factored in place (host LAPACK on the CPU): one ``n x n``
+    buffer, the factor.
+    """
+    return gaussian_factor(_GPCovariance(gp), r, rule)
+
+
+@_conditioned.defjvp
+def _conditioned_jvp(
+    rule: GaussianRule, primals: tuple[Any, ...], tangents: tuple[Any, ...]
+) -> tuple[tuple[jax.Array, ...], tuple[Any, ...]]:
+    # With K = L L^T (K + jitter I; the jitter is a constant), alpha = K^-1 r and
+    # value = -r.alpha / 2 - sum_i log L_ii - n log(2 pi) / 2:
+    #   dL     = L Phi(L^-1 dK L^-T)                 (the package's one Cholesky rule,
+    #                                                  linear_chol_tangent; Murray 2016)
+    #   dalpha = K^-1 (dr - dK alpha)                (differentiating K alpha = r)
+    #   dvalue = -alpha.dr + alpha^T dK alpha / 2 - sum_i dL_ii / L_ii
+    # (R&W 2006, eq. 5.9 for the last). Linear in (dK, dr), so JAX transposes it for
+    # reverse mode. dK is formed (n x n) only when differentiating.
+    gp, r = primals
+    gp_dot, r_dot = tangents
+    out = _conditioned(gp, r, rule)
+    L, _, alpha, status, used = out
+    _, dK = jax.jvp(lambda g: g.covariance_matrix(), (gp,), (gp_dot,))
+    dK = dK.astype(L.dtype)
+    dL = linear_chol_tangent(L, dK, rule.backend, rule.nb)
+    Ka = dK @ alpha
+    z = jax.lax.linalg.triangular_solve(L, (r_dot - Ka)[:, None], left_side=True, lower=True)
+    dalpha = jax.lax.linalg.triangular_solve(L, z, left_side=True, lower=True, transpose_a=True)[
+        :, 0
+    ]
+    dvalue = (
+        -jnp.dot(alpha, r_dot)
+        + 0.5 * jnp.dot(alpha, Ka)
+        - jnp.sum(jnp.diagonal(dL) / jnp.diagonal(L))
+    )
+    float0 = np.zeros(status.shape, jax.dtypes.float0)
+    return out, (dL, dvalue, dalpha, float0, jnp.zeros_like(used))
+
+
+@jax.jit
+def _condition_jit(gp: GaussianProcess, r: jax.Array) -> tuple[jax.Array, ...]:
+    """The conditioning program, traced once per shape and GP structure."""
+    be = resolve_backend(gp.backend, gp.X)
+    nb = tile_for(be, gp.n, r.dtype, check_tile_size(gp.tile_size))
+    return _conditioned(gp, r, GaussianRule(be, nb, gp.jitter))
 
 
 class GaussianProcess:
@@ -480,13 +542,22 @@ class GaussianProcess:
         self._warn_if_singular(value, "log_marginal_likelihood")
         return value
 
-    def condition(self, y: ArrayLike, *, check: bool = False) -> Posterior:
+    def condition(
+        self, y: ArrayLike, *, check: bool = False, block_size: int | None = None
+    ) -> Posterior:
         """The posterior given observations ``y`` at the training inputs.
+
+        ``K = k(X, X) + diag(noise)`` is built and factored in place inside one jitted
+        program (the likelihood's forward pass: host LAPACK on the CPU): the posterior
+        keeps one ``n x n`` buffer, the factor, and ``O(n)`` vectors. Differentiable in
+        every parameter and in ``y`` (forming ``dK`` only when differentiated).
 
         Args:
             y: ``(n,)`` observations.
             check: raise :class:`gpchol.NotPositiveDefiniteError` outside ``jit`` when
                 the covariance is not positive definite (else results are NaN).
+            block_size: the default number of test points per block of the posterior's
+                predictions (``None``: chosen from ``n``, see :class:`Posterior`).
 
         Returns:
             A :class:`Posterior` (a pytree) holding the factor and ``alpha = K^-1 (y - m)``.
@@ -505,11 +576,15 @@ class GaussianProcess:
             (4,)
         """
         r = self._residual(y)
-        L, status, used = self.factor()
-        L = L.astype(r.dtype)
-        value, alpha = gaussian_value(r, L)
-        self._check(status, check, "condition")
-        post = Posterior(self, L, alpha, value, status, used)
+        if _input_mesh(self.X) is not None:
+            L, status, used = self.factor()
+            L = L.astype(r.dtype)
+            value, alpha = gaussian_value(r, L)
+        else:
+            L, value, alpha, status, used = _condition_jit(self, r)
+        if check and (not is_concrete(status) or bool(np.any(np.asarray(status) != 0))):
+            self._check(status, check, "condition")
+        post = Posterior(self, L, alpha, value, status, used, block_size)
         if is_concrete(value) and bool(np.all(np.isfinite(np.asarray(value)))):
             post.diagnostics().warn_if_singular("GaussianProcess.condition", stacklevel=2)
         return post
@@ -536,229 +611,3 @@ class GaussianProcess:
 
 
 jax.tree_util.register_pytree_node_class(GaussianProcess)
-
-
-class Posterior:
-    r"""The posterior of a :class:`GaussianProcess` given ``y`` (from ``gp.condition(y)``).
-
-    Attributes:
-        gp: the prior :class:`GaussianProcess`.
-        L: ``(n, n)`` Cholesky factor of ``k(X, X) + diag(noise)``.
-        alpha: ``(n,)``, ``K^-1 (y - m(X))``.
-        log_marginal_likelihood: scalar ``log p(y)`` (NaN on a failed factorization).
-        status: int32 factorization status (0 = success).
-        jitter_used: the jitter that was added to the diagonal.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> from gpchol import kernels
-        >>> from gpchol import GaussianProcess
-        >>> X = jnp.linspace(0.0, 1.0, 6)
-        >>> post = GaussianProcess(kernels.ExpSquared(0.3), X, noise=1e-3).condition(X ** 2)
-        >>> Xs = jnp.array([0.25, 0.75])
-        >>> post.mean(Xs).shape, post.covariance(Xs).shape
-        ((2,), (2, 2))
-        >>> post.sample(jax.random.PRNGKey(0), Xs, 3).shape
-        (3, 2)
-    """
-
-    def __init__(
-        self,
-        gp: GaussianProcess,
-        L: jax.Array,
-        alpha: jax.Array,
-        log_marginal_likelihood: jax.Array,
-        status: jax.Array,
-        jitter_used: jax.Array,
-    ) -> None:
-        self.gp = gp
-        self.L = L
-        self.alpha = alpha
-        self.log_marginal_likelihood = log_marginal_likelihood
-        self.status = status
-        self.jitter_used = jitter_used
-
-    def tree_flatten(self) -> tuple[tuple[Any, ...], None]:
-        return (
-            self.gp,
-            self.L,
-            self.alpha,
-            self.log_marginal_likelihood,
-            self.status,
-            self.jitter_used,
-        ), None
-
-    @classmethod
-    def tree_unflatten(cls, aux: None, children: tuple[Any, ...]) -> Posterior:
-        obj = object.__new__(cls)
-        (
-            obj.gp,
-            obj.L,
-            obj.alpha,
-            obj.log_marginal_likelihood,
-            obj.status,
-            obj.jitter_used,
-        ) = children
-        return obj
-
-    def diagnostics(self) -> GPDiagnostics:
-        """Status and conditioning of the training covariance's factor ``L`` (``O(n)``).
-
-        The same report as :meth:`GaussianProcess.diagnostics`, read off the factor this
-        posterior holds.
-
-        Example:
-            >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
-            >>> X = jnp.arange(3.0)
-            >>> d = GaussianProcess(kernels.ExpSquared(), X, noise=0.1).condition(X).diagnostics()
-            >>> int(d.status), bool(d.singular), 0.0 < float(d.rcond) <= 1.0
-            (0, False, True)
-        """
-        return diagnose_factor(self.L, self.status, self.jitter_used)
-
-    def _Xs(self, Xs: ArrayLike | None) -> jax.Array:
-        Xs = self.gp.X if Xs is None else as_inputs(Xs, "Xs")
-        if Xs.shape[1] != self.gp.X.shape[1]:
-            raise ValueError(
-                f"Xs has {Xs.shape[1]} column(s) but the training inputs have {self.gp.X.shape[1]}."
-            )
-        return Xs.astype(self.L.dtype)
-
-    def _V(self, Xs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        Ks = self.gp.kernel(self.gp.X.astype(Xs.dtype), Xs)  # (n, m)
-        return Ks, trsm(self.L, Ks, left=True)
-
-    def mean(self, Xs: ArrayLike | None = None) -> jax.Array:
-        """Posterior mean of the latent function, ``m(Xs) + k(Xs, X) alpha``.
-
-        Args:
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-
-        Returns:
-            ``(m,)`` posterior means.
-        """
-        Xs = self._Xs(Xs)
-        Ks = self.gp.kernel(self.gp.X.astype(Xs.dtype), Xs)
-        return self.gp.mean(Xs).astype(Xs.dtype) + Ks.T @ self.alpha
-
-    def variance(self, Xs: ArrayLike | None = None, *, include_noise: bool = False) -> jax.Array:
-        """Posterior marginal variance of the latent function at each test input.
-
-        Args:
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-            include_noise: add the observation-noise variance (needs a scalar noise, or
-                ``Xs=None`` with per-point noise) to get the predictive variance of ``y``.
-
-        Returns:
-            ``(m,)`` variances ``k(x, x) - v^T v`` (clipped at 0).
-        """
-        is_train = Xs is None
-        Xs = self._Xs(Xs)
-        _, V = self._V(Xs)
-        var = self.gp.kernel.diag(Xs) - jnp.sum(V * V, axis=0)
-        var = jnp.maximum(var, 0.0)
-        if include_noise:
-            noise = self.gp.noise.astype(var.dtype)
-            if noise.ndim == 1 and noise.shape[0] != 1 and not is_train:
-                raise ValueError(
-                    "include_noise=True with per-point (heteroscedastic) noise needs Xs=None "
-                    "(the training inputs); add the test points' noise yourself."
-                )
-            var = var + noise
-        return var
-
-    def covariance(self, Xs: ArrayLike | None = None) -> jax.Array:
-        """Posterior covariance of the latent function, ``k(Xs, Xs) - V^T V``.
-
-        Args:
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-
-        Returns:
-            ``(m, m)`` symmetric covariance.
-        """
-        Xs = self._Xs(Xs)
-        _, V = self._V(Xs)
-        C = self.gp.kernel(Xs, Xs) - V.T @ V
-        return 0.5 * (C + C.T)
-
-    def sample(
-        self,
-        key: jax.Array,
-        Xs: ArrayLike | None = None,
-        num: int = 1,
-        *,
-        jitter: float | Sequence[float] | None = (1e-10, 1e-8, 1e-6),
-    ) -> jax.Array:
-        """Joint samples of the latent function from the posterior.
-
-        Args:
-            key: a ``jax.random`` key.
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs); ``m = 0`` gives
-                an empty ``(num, 0)`` result.
-            num: number of samples, a non-negative Python int (anything with
-                ``__index__``, not a bool); static.
-            jitter: schedule of diagonal jitter, relative to the largest posterior
-                variance, tried in order when factoring the posterior covariance.
-
-        Returns:
-            ``(num, m)`` samples.
-
-        Raises:
-            TypeError: ``num`` is not an integer (e.g. ``2.7``, ``True`` or a traced
-                value).
-            ValueError: ``num`` is negative.
-
-        Example:
-            >>> import jax, jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
-            >>> X = jnp.linspace(0.0, 1.0, 4)
-            >>> post = GaussianProcess(kernels.ExpSquared(0.5), X, noise=1e-2).condition(X)
-            >>> key = jax.random.PRNGKey(0)
-            >>> post.sample(key, jnp.array([0.2, 0.4, 0.9]), 2).shape
-            (2, 3)
-            >>> post.sample(key, jnp.zeros((0, 1)), 2).shape  # no test points
-            (2, 0)
-        """
-        num = _sample_count(num)
-        Xs = self._Xs(Xs)
-        mu = self.mean(Xs)
-        if Xs.shape[0] == 0:
-            return jnp.zeros((num, 0), mu.dtype)
-        C = self.covariance(Xs)
-        scale = jnp.maximum(jnp.max(jnp.diagonal(C)), jnp.finfo(C.dtype).tiny)
-        rel = check_jitter(jitter) or (0.0,)
-        Cn = C / scale
-        Ls, _, _ = cholesky_with_status(Cn, jitter=rel)
-        z = jax.random.normal(key, (num, Xs.shape[0]), dtype=C.dtype)
-        return mu[None, :] + jnp.sqrt(scale) * (z @ Ls.T)
-
-
-jax.tree_util.register_pytree_node_class(Posterior)
-
-
-def _sample_count(num: object) -> int:
-    """``num`` of :meth:`Posterior.sample` as a non-negative ``int``, or a clear error."""
-    if isinstance(num, (bool, np.bool_)):
-        raise TypeError(
-            f"num (the number of samples) must be a non-negative int, not a bool; got {num!r}."
-        )
-    try:
-        k = operator.index(num)  # type: ignore[arg-type]
-    except TypeError:
-        hint = (
-            "; it is static, so pass a Python int (not a traced value inside jit)"
-            if not is_concrete(num)
-            else f"; pass an int, e.g. num={round(num)}"  # type: ignore[call-overload]
-            if isinstance(num, (float, np.floating)) and np.isfinite(num)
-            else ""
-        )
-        raise TypeError(
-            f"num (the number of samples) must be a non-negative int; got {num!r} of type "
-            f"{type(num).__name__}{hint}."
-        ) from None
-    if k < 0:
-        raise ValueError(f"num (the number of samples) must be >= 0; got {k}.")
-    return int(k)

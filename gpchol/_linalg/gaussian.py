@@ -49,6 +49,7 @@ __all__ = [
     "LOG_2PI",
     "DenseCovariance",
     "GaussianRule",
+    "gaussian_factor",
     "gaussian_loglik",
     "gaussian_value",
     "is_symbolic_zero",
@@ -157,6 +158,26 @@ def _forward(
     source: Any, r: jax.Array, rule: GaussianRule
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """``(L, value, alpha, status)`` of the source's covariance, trying the jitters."""
+    return gaussian_factor(source, r, rule)[:4]
+
+
+def gaussian_factor(
+    source: Any, r: jax.Array, rule: GaussianRule
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+    """``(L, value, alpha, status, jitter_used)`` of the source's covariance (not differentiable).
+
+    The forward pass of :func:`gaussian_loglik` (``K`` built by ``source.build``, factored
+    in place, the jitter schedule tried in order), with the factor and ``alpha = K^-1 r``
+    kept: what a posterior holds. ``jitter_used`` is the jitter of the kept attempt.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from gpchol._linalg.backends import backend
+        >>> out = gaussian_factor(DenseCovariance(4.0 * jnp.eye(2)), jnp.ones(2),
+        ...                       GaussianRule(backend("xla")))
+        >>> out[0].tolist(), out[2].tolist(), int(out[3])
+        ([[2.0, 0.0], [0.0, 2.0]], [0.25, 0.25], 0)
+    """
     dtype = r.dtype
     n = r.shape[-1]
 
@@ -186,11 +207,14 @@ def _forward(
             return lax.platform_dependent(K, r, cpu=host, default=device)
         return device(K, r)
 
+    def tried(j: float) -> tuple[jax.Array, ...]:
+        return (*attempt(j), jnp.full(r.shape[:-1], j, dtype))
+
     schedule = rule.jitter or (0.0,)
-    out = attempt(schedule[0])
+    out = tried(schedule[0])
     for j in schedule[1:]:
-        out = lax.cond(jnp.any(out[3] != 0), lambda j=j: attempt(j), lambda out=out: out)
-    L, value, alpha, status = out
+        out = lax.cond(jnp.any(out[3] != 0), lambda j=j: tried(j), lambda out=out: out)
+    L, value, alpha, status, used = out
     ok = status == 0
     if rule.guarded:
         eye = jnp.eye(n, dtype=L.dtype)
@@ -199,7 +223,7 @@ def _forward(
         value = jnp.where(ok, value, -jnp.inf)
     else:
         value = jnp.where(ok, value, jnp.nan)
-    return L, value, alpha, status
+    return L, value, alpha, status, used
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(2,))
