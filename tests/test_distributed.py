@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec as P
 
 import gpchol
 from gpchol import distributed as gd
-from gpchol import kernels
+from gpchol import kernels, means
 from gpchol._internal import maybe_sharded_cholesky
 
 TOL = {np.float32: 2e-4, np.float64: 1e-10}
@@ -243,24 +243,38 @@ def test_gaussian_log_likelihood_value_and_grad(rng):
 
 
 def test_gaussian_log_likelihood_any_n_and_all_gradients(rng):
-    """n = 203 on 2x4 (divisible by neither axis): value and gradients wrt every input."""
+    """n = 203 on 2x4 (divisible by neither axis): value and gradients wrt every input,
+    with per-point noise and a prior mean (whose gradient reaches X too)."""
     mesh = _mesh((2, 4))
     n = 203
     X = jnp.asarray(rng.uniform(size=(n, 2)))
     y = jnp.asarray(rng.standard_normal(n))
     k = 1.5 * kernels.Matern32(lengthscale=0.4) + kernels.White(0.01)
+    noise = jnp.asarray(rng.uniform(0.05, 0.2, n))
+    mean = means.Linear(weights=jnp.array([0.5, -1.0]), bias=0.3)
 
-    def ref(k, X, y, noise):
-        return gpchol.mvn_logpdf(y, 0.0, k(X, X) + noise * jnp.eye(n))
+    def ref(k, X, y, noise, mean):
+        return gpchol.mvn_logpdf(y, mean(X), k(X, X) + jnp.diag(noise))
 
-    def f(k, X, y, noise):
-        return gd.gaussian_log_likelihood(k, k, X, y, noise, mesh)[0]
+    def f(k, X, y, noise, mean):
+        return gd.gaussian_log_likelihood(k, k, X, y, noise, mesh, mean=mean)[0]
 
-    v, g = jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2, 3)))(k, X, y, 0.1)
-    vr, gr = jax.value_and_grad(ref, argnums=(0, 1, 2, 3))(k, X, y, 0.1)
+    args = (k, X, y, noise, mean)
+    v, g = jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2, 3, 4)))(*args)
+    vr, gr = jax.value_and_grad(ref, argnums=(0, 1, 2, 3, 4))(*args)
     np.testing.assert_allclose(v, vr, rtol=1e-10)
     for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(gr), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12 * np.max(np.abs(b)))
+
+
+def test_gaussian_log_likelihood_bad_noise_and_mean(rng):
+    mesh = _mesh((2, 4))
+    X, y = rng.uniform(size=(10, 2)), rng.standard_normal(10)
+    k = kernels.ExpSquared()
+    with pytest.raises(ValueError, match=r"noise .*scalar or have shape \(10,\).*got shape \(9,\)"):
+        gd.gaussian_log_likelihood(k, k, X, y, np.ones(9), mesh)
+    with pytest.raises(ValueError, match=r"mean must be .*\(10,\).*got values of shape \(3,\)"):
+        gd.gaussian_log_likelihood(k, k, X, y, 0.1, mesh, mean=lambda X: X[:3, 0])
 
 
 def test_gaussian_log_likelihood_gradient_memory_is_per_device():

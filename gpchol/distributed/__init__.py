@@ -7,7 +7,9 @@ Entry points, each in three shapes (direct and jitted for you; inside the caller
 * :func:`potrs` / :func:`potrs_jit_ctx` / :func:`potrs_shardmap_ctx`: solves with it;
 * :func:`logdet` / :func:`logdet_jit_ctx` / :func:`logdet_shardmap_ctx`;
 * :func:`gaussian_log_likelihood`: a GP marginal likelihood whose covariance tiles are
-  built on the devices that own them.
+  built on the devices that own them (scalar or per-point noise, a prior mean);
+* :func:`condition`: the GP posterior, a :class:`ShardedPosterior` whose factor stays in
+  its block-cyclic tiles; ``mean``/``variance`` at test points by the sharded solve.
 
 The matrix is sharded over two mesh axes, ``NamedSharding(mesh, P(row_axis, col_axis))``
 (or with one of them ``None``), and no device ever holds it whole; :func:`potrf` says how
@@ -30,6 +32,7 @@ at once, oversubscribe the cores; set ``OPENBLAS_NUM_THREADS=1`` before starting
 from gpchol.distributed import _api
 from gpchol.distributed._api import *  # noqa: F403 (the names in _api.__all__)
 from gpchol.distributed._gp import gaussian_log_likelihood
+from gpchol.distributed._posterior import ShardedPosterior, condition
 
-__all__ = ["gaussian_log_likelihood"]
+__all__ = ["ShardedPosterior", "condition", "gaussian_log_likelihood"]
 __all__ += _api.__all__

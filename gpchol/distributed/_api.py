@@ -193,6 +193,16 @@ def place_traced(x: jax.Array, mesh: AnyMesh, spec: P) -> jax.Array:
     return _constrain(x, mesh, _norm_spec(spec))
 
 
+def replicated(x: jax.Array, mesh: AnyMesh) -> jax.Array:
+    """A traced operand replicated on ``mesh`` (``P()``) before it enters ``shard_map``.
+
+    A ``shard_map`` on an Explicit mesh refuses an argument whose type is sharded
+    differently from its ``in_specs`` (e.g. GP inputs ``X`` placed by rows); a no-op for
+    one already replicated.
+    """
+    return _constrain(x, mesh, P())
+
+
 def _sym_tangent(a: jax.Array, mesh: AnyMesh, spec: P) -> jax.Array:
     """Identity on ``a``; its tangent is symmetrized, ``(da + da^T) / 2``.
 

@@ -28,7 +28,7 @@ from gpchol.distributed import _api, _local
 __all__ = ["gaussian_log_likelihood"]
 
 
-def _as_kernel_fn(kernel_fn: Any) -> Callable[[Any, jax.Array, jax.Array], jax.Array]:
+def as_kernel_fn(kernel_fn: Any) -> Callable[[Any, jax.Array, jax.Array], jax.Array]:
     """``(params, X1, X2) -> block`` from a callable pytree (a kernel) or such a function.
 
     This layer knows no kernel classes: an object whose pytree leaves are not the object
@@ -50,7 +50,7 @@ def _call_kernel(params: Any, X1: jax.Array, X2: jax.Array) -> jax.Array:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Setup:
+class Setup:
     """Static description of one likelihood: grid, data size, kernel, mesh specs."""
 
     grid: _local.Grid
@@ -63,39 +63,43 @@ class _Setup:
         return P(self.grid.row_axis, self.grid.col_axis)
 
 
-def _smap(s: _Setup, body: Callable[..., Any], in_specs: Any, out_specs: Any) -> Callable[..., Any]:
+def _smap(s: Setup, body: Callable[..., Any], in_specs: Any, out_specs: Any) -> Callable[..., Any]:
     return jax.shard_map(body, mesh=s.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
 
 
-def _indices(s: _Setup) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+def indices(s: Setup) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Global padded row/column indices of the local block and their 'real' flags."""
     pr, pc = _local.coords(s.grid)
     gr, gc = _local.global_rows(s.grid, pr), _local.global_cols(s.grid, pc)
     return gr, gc, gr < s.n, gc < s.n
 
 
-def _kernel_block(s: _Setup, params: Any, X1: jax.Array, X2: jax.Array) -> jax.Array:
+def kernel_block(s: Setup, params: Any, X1: jax.Array, X2: jax.Array) -> jax.Array:
     return s.kfn(params, X1, X2).astype(X1.dtype)
 
 
-def _cov_block(s: _Setup, params: Any, X: jax.Array, noise: jax.Array) -> jax.Array:
-    """This device's cyclic block of the padded ``K + noise I`` (identity on the padding)."""
-    gr, gc, rr, rc = _indices(s)
+def cov_block(s: Setup, params: Any, X: jax.Array, noise: jax.Array) -> jax.Array:
+    """This device's cyclic block of the padded ``K + diag(noise)`` (identity on the padding).
+
+    ``noise``: ``(n,)`` replicated, one variance per data point.
+    """
+    gr, gc, rr, rc = indices(s)
     Xr = jnp.take(X, jnp.minimum(gr, s.n - 1), axis=0)
     Xc = jnp.take(X, jnp.minimum(gc, s.n - 1), axis=0)
-    K = _kernel_block(s, params, Xr, Xc)
+    K = kernel_block(s, params, Xr, Xc)
     on = gr[:, None] == gc[None, :]
-    K = K + jnp.where(on, noise, 0.0).astype(K.dtype)
+    noise_r = jnp.take(noise, jnp.minimum(gr, s.n - 1))
+    K = K + jnp.where(on, noise_r[:, None], 0.0).astype(K.dtype)
     real = rr[:, None] & rc[None, :]
     return jnp.where(real, K, jnp.where(on, 1.0, 0.0).astype(K.dtype))
 
 
 def _fwd_body(
-    s: _Setup, with_residuals: bool, params: Any, X: jax.Array, y: jax.Array, noise: jax.Array
+    s: Setup, with_residuals: bool, params: Any, X: jax.Array, y: jax.Array, noise: jax.Array
 ) -> tuple[jax.Array, ...]:
     """Per device: own tiles, factor, solve, log-likelihood (replicated), residuals."""
     g = s.grid
-    K = _cov_block(s, params, X, noise)
+    K = cov_block(s, params, X, noise)
     L, status = _local.potrf_local(g, K)
     D = [_local.diag_tile(g, L, k) for k in range(g.nt)]
     N = g.nt * g.T
@@ -111,20 +115,33 @@ def _fwd_body(
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _loglik(
-    s: _Setup, params: Any, X: jax.Array, y: jax.Array, noise: jax.Array
+    s: Setup, params: Any, X: jax.Array, y: jax.Array, noise: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
     body = functools.partial(_fwd_body, s, False)
+    X, y, noise = (_api.replicated(v, s.mesh) for v in (X, y, noise))
     return _smap(s, body, (P(), P(), P(), P()), (P(), P()))(params, X, y, noise)
 
 
-def _loglik_fwd(
-    s: _Setup, params: Any, X: jax.Array, y: jax.Array, noise: jax.Array
-) -> tuple[tuple[jax.Array, jax.Array], tuple[Any, ...]]:
+def factor(
+    s: Setup, params: Any, X: jax.Array, y: jax.Array, noise: jax.Array
+) -> tuple[jax.Array, ...]:
+    """``(value, status, L, z, alpha)``: the likelihood with what it leaves behind.
+
+    ``L`` is the factor in its block-cyclic layout, as one ``(N, N)`` array sharded
+    ``P(row_axis, col_axis)`` whose local blocks are the devices' cyclic blocks (``N`` the
+    padded size); ``z = L^-1 y`` and ``alpha = K^-1 y`` are replicated ``(N, 1)``, zero on
+    the padding. Not differentiated itself (the likelihood's rule is :func:`_loglik_bwd`).
+    """
     body = functools.partial(_fwd_body, s, True)
     out_specs = (P(), P(), s.spec, P(), P())
-    value, status, L, z, alpha = _smap(s, body, (P(), P(), P(), P()), out_specs)(
-        params, X, y, noise
-    )
+    X, y, noise = (_api.replicated(v, s.mesh) for v in (X, y, noise))
+    return tuple(_smap(s, body, (P(), P(), P(), P()), out_specs)(params, X, y, noise))
+
+
+def _loglik_fwd(
+    s: Setup, params: Any, X: jax.Array, y: jax.Array, noise: jax.Array
+) -> tuple[tuple[jax.Array, jax.Array], tuple[Any, ...]]:
+    value, status, L, z, alpha = factor(s, params, X, y, noise)
     return (value, status), (params, X, noise, L, z, alpha)
 
 
@@ -139,11 +156,11 @@ def _loglik_fwd(
 # K is symmetric, so no symmetrisation is needed: the cotangent of every kernel
 # parameter is sum_{i >= j} Abar_ij dK_ij / dtheta, i.e. the kernel's own VJP applied to
 # the local tiles of Abar (lower part, real rows and columns), summed over devices; the
-# noise gets sum_i Abar_ii; X gets the VJP through both kernel arguments; y gets
+# noise variance of point i gets Abar_ii; X gets the VJP through both kernel arguments; y gets
 # dv/dy = -K^-1 y = -alpha. The kernel tiles are recomputed from X one local tile row at
 # a time, so the backward pass holds L, Abar (in place of Lbar) and O(n T) besides.
 def _loglik_bwd(
-    s: _Setup, res: tuple[Any, ...], cts: tuple[jax.Array, Any]
+    s: Setup, res: tuple[Any, ...], cts: tuple[jax.Array, Any]
 ) -> tuple[Any, jax.Array, jax.Array, jax.Array]:
     params, X, noise, L, z, alpha = res
     vbar = jnp.asarray(cts[0], L.dtype)
@@ -160,7 +177,7 @@ _loglik.defvjp(_loglik_fwd, _loglik_bwd)
 
 
 def _bwd_body(
-    s: _Setup,
+    s: Setup,
     params: Any,
     X: jax.Array,
     noise: jax.Array,
@@ -170,7 +187,7 @@ def _bwd_body(
     vbar: jax.Array,
 ) -> tuple[Any, jax.Array, jax.Array]:
     g = s.grid
-    gr, gc, rr, rc = _indices(s)
+    gr, gc, rr, rc = indices(s)
     on = gr[:, None] == gc[None, :]
     a_r = jnp.take(alpha[:, 0], gr)
     z_c = jnp.take(z[:, 0], gc)
@@ -179,12 +196,15 @@ def _bwd_body(
     Abar = _local.adjoint_local(g, L, Lbar)
     keep = (gr[:, None] >= gc[None, :]) & rr[:, None] & rc[None, :]
     G = jnp.where(keep, Abar, jnp.zeros((), Abar.dtype))
-    nbar = _local.psum(jnp.sum(jnp.where(on, G, 0.0)), g.axes)
+    # noise_i enters K_ii only: its cotangent is Abar_ii (one n-vector over the mesh)
+    d_loc = jnp.sum(jnp.where(on, G, 0.0), axis=1)
+    N = g.nt * g.T
+    nbar = _local.psum(jnp.zeros((N,), G.dtype).at[gr].add(d_loc), g.axes)[: s.n]
     pbar, Xbar = _kernel_vjp(s, params, X, G)
     return pbar, Xbar, nbar
 
 
-def _kernel_vjp(s: _Setup, params: Any, X: jax.Array, G: jax.Array) -> tuple[Any, jax.Array]:
+def _kernel_vjp(s: Setup, params: Any, X: jax.Array, G: jax.Array) -> tuple[Any, jax.Array]:
     """``(params_bar, X_bar)`` of ``sum(G * K_local)``, one local tile row at a time."""
     g, n, T = s.grid, s.n, s.grid.T
     pr, pc = _local.coords(g)
@@ -198,7 +218,7 @@ def _kernel_vjp(s: _Setup, params: Any, X: jax.Array, G: jax.Array) -> tuple[Any
     def kblock(dl: list[jax.Array], X1: jax.Array, X2: jax.Array) -> jax.Array:
         it = iter(dl)
         full = [next(it) if d else x for x, d in zip(leaves, diff, strict=True)]
-        return _kernel_block(s, jax.tree.unflatten(tdef, full), X1, X2)
+        return kernel_block(s, jax.tree.unflatten(tdef, full), X1, X2)
 
     def row(
         i: jax.Array, carry: tuple[Any, jax.Array, jax.Array]
@@ -220,58 +240,44 @@ def _kernel_vjp(s: _Setup, params: Any, X: jax.Array, G: jax.Array) -> tuple[Any
     return jax.tree.unflatten(tdef, full), xb
 
 
-def gaussian_log_likelihood(
+def _mean_values(mean: Any, X: jax.Array) -> jax.Array:
+    """The prior mean at ``X`` as ``(n,)``: ``None``, a number/``(n,)`` array, or ``X -> (n,)``."""
+    n = X.shape[0]
+    if mean is None:
+        return jnp.zeros((n,), X.dtype)
+    m = mean(X) if callable(mean) else mean
+    m = jnp.asarray(m)
+    if m.ndim > 1 or (m.ndim == 1 and m.shape[0] not in (1, n)):
+        raise ValueError(
+            f"mean must be a number, an ({n},) array or a function X -> ({n},); got "
+            f"values of shape {tuple(m.shape)}."
+        )
+    return jnp.broadcast_to(m.astype(X.dtype), (n,))
+
+
+def noise_vector(noise: ArrayLike, n: int, dtype: Any, name: str = "noise") -> jax.Array:
+    """``noise`` (a scalar or ``(n,)`` variance) as ``(n,)``; differentiable (a broadcast)."""
+    v = jnp.asarray(noise, dtype)
+    if v.ndim > 1 or (v.ndim == 1 and v.shape[0] not in (1, n)):
+        raise ValueError(
+            f"{name} (the observation-noise variance) must be a scalar or have shape ({n},), "
+            f"one variance per point; got shape {tuple(v.shape)}."
+        )
+    return jnp.broadcast_to(v, (n,))
+
+
+def prepare(
     kernel_fn: Any,
-    params: Any,
     X: ArrayLike,
     y: ArrayLike,
     noise: ArrayLike,
+    mean: Any,
     mesh: _api.AnyMesh,
-    T_A: int | None = None,
-    *,
-    axes: tuple[str | None, str | None] | None = None,
-) -> tuple[jax.Array, jax.Array]:
-    r"""Exact GP log marginal likelihood ``log N(y | 0, K(X, X) + noise I)``, sharded.
-
-    Each device evaluates the kernel only on its own block-cyclic covariance tiles (row and
-    column subsets of the replicated ``X``), factors them with the sharded Cholesky and
-    solves; no device holds an ``n x n`` array. Any ``n`` works (the tiles are padded
-    internally). Differentiate it with ``jax.grad`` / ``jax.value_and_grad`` with respect
-    to ``params``, ``noise``, ``X`` or ``y``: the reverse pass runs Murray's blocked
-    adjoint on the same tiles and then the kernel's own VJP tile row by tile row, so the
-    value-and-gradient needs about three local blocks (``n^2 / P`` entries) per device
-    plus ``O(n T_A)``. Reverse mode only (no ``jax.jvp``), first order. Called eagerly or
-    inside the caller's ``jit``/``grad`` alike, it runs one jitted program, compiled once
-    per static set-up (mesh, axes, ``T_A``, ``n``, kernel function) and argument shapes.
-
-    Args:
-        kernel_fn: a gpchol kernel object (then ``params`` must be the kernel itself, a
-            pytree: ``params(X1, X2)`` gives a block) or a function
-            ``(params, X1, X2) -> (n1, n2) block``.
-        params: the kernel parameters (a pytree), differentiated through.
-        X: ``(n, d)`` inputs (replicated; small).
-        y: ``(n,)`` observations (zero mean; subtract a mean yourself).
-        noise: observation noise variance (scalar), added to the diagonal.
-        mesh: a 2-D mesh; its first two axes are the process rows and columns (or pass
-            ``axes=(row_axis, col_axis)``).
-        T_A: tile size (default picks one).
-        axes: optional ``(row_axis, col_axis)`` names.
-
-    Returns:
-        ``(value, status)``: the scalar log-likelihood (NaN if not positive definite) and
-        the Cholesky status.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> from gpchol import distributed as gd, kernels
-        >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
-        >>> X = jnp.linspace(0.0, 1.0, 16)[:, None]
-        >>> k = kernels.ExpSquared(lengthscale=0.3)
-        >>> v, s = gd.gaussian_log_likelihood(k, k, X, jnp.sin(6 * X[:, 0]), 0.1, mesh, 4)
-        >>> int(s)
-        0
-    """
-    kfn = _as_kernel_fn(kernel_fn)
+    T_A: int | None,
+    axes: tuple[str | None, str | None] | None,
+) -> tuple[Setup, jax.Array, jax.Array, jax.Array]:
+    """Validate the likelihood's arguments: ``(Setup, X (n, d), y - m(X) (n,), noise (n,))``."""
+    kfn = as_kernel_fn(kernel_fn)
     X = jnp.asarray(X)
     if not jnp.issubdtype(X.dtype, jnp.inexact):
         X = X.astype(jnp.result_type(float))
@@ -300,12 +306,73 @@ def gaussian_log_likelihood(
     tiles = -(-n // T_A)
     nt = -(-tiles // Lc) * Lc
     grid = _local.Grid(Pr, Pc, nt, T_A, r, c)
-    s = _Setup(grid, n, kfn, mesh)
-    return _loglik_jitted(s)(params, X, y, jnp.asarray(noise, X.dtype))
+    resid = y - _mean_values(mean, X)
+    return Setup(grid, n, kfn, mesh), X, resid, noise_vector(noise, n, X.dtype)
+
+
+def gaussian_log_likelihood(
+    kernel_fn: Any,
+    params: Any,
+    X: ArrayLike,
+    y: ArrayLike,
+    noise: ArrayLike,
+    mesh: _api.AnyMesh,
+    T_A: int | None = None,
+    *,
+    mean: Any = None,
+    axes: tuple[str | None, str | None] | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    r"""Exact GP log marginal likelihood ``log N(y | m(X), K(X, X) + diag(noise))``, sharded.
+
+    Each device evaluates the kernel only on its own block-cyclic covariance tiles (row and
+    column subsets of the replicated ``X``), factors them with the sharded Cholesky and
+    solves; no device holds an ``n x n`` array. Any ``n`` works (the tiles are padded
+    internally). Differentiate it with ``jax.grad`` / ``jax.value_and_grad`` with respect
+    to ``params``, ``noise``, ``mean``'s parameters, ``X`` or ``y``: the reverse pass runs
+    Murray's blocked adjoint on the same tiles and then the kernel's own VJP tile row by
+    tile row, so the value-and-gradient needs about three local blocks (``n^2 / P``
+    entries) per device plus ``O(n T_A)``. Reverse mode only (no ``jax.jvp``), first
+    order. Called eagerly or inside the caller's ``jit``/``grad`` alike, it runs one
+    jitted program, compiled once per static set-up (mesh, axes, ``T_A``, ``n``, kernel
+    function) and argument shapes; the mean (``O(n)``, replicated) is evaluated outside it.
+
+    Args:
+        kernel_fn: a gpchol kernel object (then ``params`` must be the kernel itself, a
+            pytree: ``params(X1, X2)`` gives a block) or a function
+            ``(params, X1, X2) -> (n1, n2) block``.
+        params: the kernel parameters (a pytree), differentiated through.
+        X: ``(n, d)`` inputs (replicated; small).
+        y: ``(n,)`` observations.
+        noise: observation-noise variance, a scalar or ``(n,)`` (one per point), added to
+            the diagonal.
+        mesh: a 2-D mesh; its first two axes are the process rows and columns (or pass
+            ``axes=(row_axis, col_axis)``).
+        T_A: tile size (default picks one).
+        mean: the prior mean ``m(X)``: ``None`` (zero), a number or ``(n,)`` array, or a
+            callable ``X -> (n,)`` such as a :mod:`gpchol.means` mean (differentiated
+            through like any JAX function).
+        axes: optional ``(row_axis, col_axis)`` names.
+
+    Returns:
+        ``(value, status)``: the scalar log-likelihood (NaN if not positive definite) and
+        the Cholesky status.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from gpchol import distributed as gd, kernels
+        >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
+        >>> X = jnp.linspace(0.0, 1.0, 16)[:, None]
+        >>> k = kernels.ExpSquared(lengthscale=0.3)
+        >>> v, s = gd.gaussian_log_likelihood(k, k, X, jnp.sin(6 * X[:, 0]), 0.1, mesh, 4)
+        >>> int(s)
+        0
+    """
+    s, X, r, noise_v = prepare(kernel_fn, X, y, noise, mean, mesh, T_A, axes)
+    return _loglik_jitted(s)(params, X, r, noise_v)
 
 
 @functools.lru_cache(maxsize=64)
-def _loglik_jitted(s: _Setup) -> Callable[..., tuple[jax.Array, jax.Array]]:
+def _loglik_jitted(s: Setup) -> Callable[..., tuple[jax.Array, jax.Array]]:
     """:func:`_loglik` jitted for one static set-up (cached: compiled once per shapes).
 
     Called eagerly, the ``shard_map`` program otherwise ran op by op (minutes at n = 30

@@ -443,22 +443,45 @@ def _diag_tiles(g: Grid, L: jax.Array) -> list[jax.Array]:
 
 
 def trsv_lower_local(
-    g: Grid, L: jax.Array, b: jax.Array, D: list[jax.Array] | None = None
+    g: Grid,
+    L: jax.Array,
+    b: jax.Array,
+    D: list[jax.Array] | None = None,
+    *,
+    local_rows: bool = False,
 ) -> jax.Array:
-    """Solve ``L x = b``; ``b`` replicated ``(nt*T, r)``, returns replicated ``x``."""
+    """Solve ``L x = b``; returns replicated ``x``, ``(nt*T, r)``.
+
+    ``b``: replicated ``(nt*T, r)``; or, with ``local_rows``, this device's additive share
+    of the right-hand side's rows that its process row holds, ``(mr*T, r)`` (local tile
+    row ``i`` is global tile row ``i*Pr + pr``): the right-hand side is the sum of the
+    shares over the devices of a process row (e.g. each device holds the columns of its
+    own part of a block of right-hand sides, zeros elsewhere). Either way every step
+    moves one ``(T, r)`` tile row: one ``psum`` over the mesh.
+    """
     T, nt = g.T, g.nt
     pr, pc = coords(g)
     D = _diag_tiles(g, L) if D is None else D
     xs = jnp.zeros((nt, T, b.shape[-1]), b.dtype)
     for k in range(nt):
         e = _end(k, g.Pc)
-        rhs = b[k * T : (k + 1) * T]
+        li = k // g.Pr
+        if local_rows:
+            share = jnp.where(pr == k % g.Pr, b[li * T : (li + 1) * T], 0.0).astype(b.dtype)
+            rhs = None
+        else:
+            share = None
+            rhs = b[k * T : (k + 1) * T]
         if e:
-            li = k // g.Pr
             row = _after(L[li * T : (li + 1) * T, : e * T], xs[k - 1])
             row = jnp.where(pr == k % g.Pr, row, 0.0)
             xl = jnp.take(xs, jnp.arange(e) * g.Pc + pc, axis=0).reshape(e * T, -1)
-            rhs = rhs - psum((row @ xl).astype(b.dtype), g.axes)
+            part = -(row @ xl).astype(b.dtype)
+            share = part if share is None else share + part
+        if share is not None:
+            total = psum(share, g.axes)
+            rhs = total if rhs is None else rhs + total
+        assert rhs is not None  # b[k] or the shares' sum (a static fact of the loop)
         xs = xs.at[k].set(trsm(D[k], rhs, left=True))
     return xs.reshape(nt * T, -1)
 

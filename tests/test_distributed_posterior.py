@@ -1,0 +1,177 @@
+"""Sharded GP posterior (gpchol.distributed.condition) against float64 NumPy references.
+
+8 simulated CPU devices (conftest). Each mesh's programs are unrolled over the tiles, so
+one posterior per mesh (2x4, 4x2, 1x8; padded and unpadded sizes, one and several chunks
+of test points) is conditioned once (module fixture) and every prediction is checked on
+it. The reference is the one-device float64 computation: ``K = k(X, X) + diag(noise)``,
+``mu = m(Xs) + Ks^T K^-1 (y - m(X))``, ``var = diag k(Xs, Xs) - diag(Ks^T K^-1 Ks)``.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg as sla
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import gpchol
+from gpchol import distributed as gd
+from gpchol import kernels, means
+
+RTOL = 1e-10  # relative to the largest reference value (float64, n <= 72)
+
+# (mesh shape, n, T_A, chunk_size): n = 70 and 61 are padded (N = 72, 64); 37 test points
+# make 3, 1 and 5 chunks (chunks rounded up to a multiple of Pc, the last one padded).
+# As few tiles as each mesh allows (4, 4, 8): the programs are unrolled over them.
+CASES = [((2, 4), 70, 18, 16), ((4, 2), 64, 16, None), ((1, 8), 61, 8, 8)]
+M = 37
+
+
+def _kernel():
+    return 1.3 * kernels.Matern52(lengthscale=0.35) + 0.4 * kernels.ExpSquared(lengthscale=1.2)
+
+
+def _reference(k, mean, X, y, noise, Xs):
+    n = X.shape[0]
+    K = np.asarray(k(X, X)) + np.diag(np.broadcast_to(noise, (n,)))
+    Ks = np.asarray(k(X, Xs))
+    cf = sla.cho_factor(K, lower=True)
+    r = y - np.asarray(mean(X))
+    alpha = sla.cho_solve(cf, r)
+    mu = np.asarray(mean(Xs)) + Ks.T @ alpha
+    V = sla.solve_triangular(cf[0], Ks, lower=True)
+    var = np.diag(np.asarray(k(Xs, Xs))) - np.sum(V * V, axis=0)
+    lml = -0.5 * r @ alpha - np.sum(np.log(np.diag(cf[0]))) - 0.5 * n * np.log(2 * np.pi)
+    return mu, var, lml
+
+
+def _close(a, ref, rtol=RTOL):
+    a, ref = np.asarray(a), np.asarray(ref)
+    assert a.shape == ref.shape
+    err = np.max(np.abs(a - ref)) / np.max(np.abs(ref))
+    assert err <= rtol, err
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda c: "x".join(map(str, c[0])))
+def case(request):
+    shape, n, T, chunk = request.param
+    rng = np.random.default_rng(15 + n)
+    mesh = jax.make_mesh(shape, ("r", "c"))
+    X = rng.uniform(0.0, 2.0, (n, 2))
+    y = np.sin(3 * X[:, 0]) + X[:, 1] + 0.1 * rng.standard_normal(n)
+    noise = rng.uniform(0.01, 0.1, n)  # per point
+    mean = means.Linear(weights=jnp.array([0.3, 1.0]), bias=-0.2)
+    Xs = rng.uniform(-0.2, 2.2, (M, 2))
+    k = _kernel()
+    post = gd.condition(k, k, X, y, noise=noise, mean=mean, mesh=mesh, T_A=T, chunk_size=chunk)
+    ref = _reference(k, mean, X, y, noise, Xs)
+    return dict(mesh=mesh, post=post, X=X, y=y, noise=noise, Xs=Xs, ref=ref, rng=rng)
+
+
+def test_factor_stays_in_its_sharded_tiles(case):
+    post, mesh = case["post"], case["mesh"]
+    assert int(post.status) == 0
+    assert post.L.sharding == NamedSharding(mesh, P("r", "c"))
+    N = post.L.shape[0]
+    Pr, Pc = mesh.devices.shape
+    assert N >= case["X"].shape[0] and N % post.setup.grid.T == 0
+    assert {s.data.shape for s in post.L.addressable_shards} == {(N // Pr, N // Pc)}
+    np.testing.assert_allclose(post.log_marginal_likelihood, case["ref"][2], rtol=RTOL)
+
+
+def test_mean_and_variance_match_one_device(case):
+    post, Xs = case["post"], case["Xs"]
+    mu, var, _ = case["ref"]
+    _close(post.mean(Xs), mu)
+    _close(post.variance(Xs), var)
+    # the predictive variance of y at the test points: a scalar or per-point test noise
+    noise_s = case["rng"].uniform(0.0, 0.2, M)
+    _close(post.variance(Xs, noise=noise_s), var + noise_s)
+    _close(post.variance(Xs, include_noise=True, noise=0.05), var + 0.05)
+
+
+def test_training_inputs_and_heteroscedastic_noise(case):
+    post, X, noise = case["post"], case["X"], case["noise"]
+    if post.setup.grid.Pr != 4:  # one mesh is enough (each is another compile)
+        pytest.skip("checked on the 4x2 mesh")
+    k = _kernel()
+    mean = post.prior_mean
+    mu, var, _ = _reference(k, mean, X, case["y"], noise, X)
+    _close(post.mean(), mu)
+    _close(post.variance(include_noise=True), var + noise)  # Xs=None: the training noise
+    with pytest.raises(ValueError, match="noise=<scalar or"):
+        post.variance(case["Xs"], include_noise=True)
+
+
+def test_jit_and_chunk_size(case):
+    """Under the caller's jit (the posterior is a pytree) and with another chunk size."""
+    post, Xs = case["post"], case["Xs"]
+    if post.setup.grid.Pr != 4:  # one mesh is enough (each is another compile)
+        pytest.skip("checked on the 4x2 mesh")
+    mu, var, _ = case["ref"]
+    _close(jax.jit(lambda p, x: p.mean(x))(post, Xs), mu)
+    _close(post.variance(Xs, chunk_size=10), var)  # 10 -> 10 per chunk on Pc = 2: 4 chunks
+    assert post.mean(Xs[:0]).shape == (0,)
+
+
+def test_bad_input(case):
+    post, Xs = case["post"], case["Xs"]
+    with pytest.raises(ValueError, match=r"Xs has 3 column\(s\).*have 2"):
+        post.mean(np.zeros((4, 3)))
+    with pytest.raises(ValueError, match=r"noise .*shape \(37,\)"):
+        post.variance(Xs, noise=np.ones(36))
+    bad = Xs.copy()
+    bad[5, 1] = np.nan
+    with pytest.raises(ValueError, match=r"Xs has NaN or inf in row\(s\) \[5\]"):
+        post.variance(bad)
+    for c in (0, 2.5, True):
+        with pytest.raises(ValueError, match="chunk_size"):
+            post.mean(Xs, chunk_size=c)
+    with pytest.raises(ValueError, match=r"noise .*shape \(61,\)|noise .*shape \(64,\)|noise"):
+        gd.condition(_kernel(), _kernel(), case["X"], case["y"], noise=np.ones(3),
+                     mesh=case["mesh"])  # fmt: skip
+
+
+def _collective_result_elements(txt):
+    out = []
+    pat = re.compile(r"=\s*(\(?[^=]*?)\s+(all-gather|all-reduce|all-to-all|collective-permute)")
+    for line in txt.splitlines():
+        m = pat.search(line)
+        if m:
+            for dims in re.findall(r"[fsu]\d+\[([\d,]*)\]", m.group(1)):
+                out.append(int(np.prod([int(d) for d in dims.split(",") if d] or [1])))
+    return out
+
+
+def test_hlo_collectives_move_at_most_one_tile_row(case):
+    """Compiled mean and variance: every collective carries at most one ``(T, mb)`` tile
+    row of the right-hand side (or one ``T x T`` diagonal tile): nothing of size ``n``
+    times the test points, nothing of the factor beyond one tile."""
+    post, Xs = case["post"], case["Xs"]
+    if post.setup.grid.Pr != 2:
+        pytest.skip("checked on the 2x4 mesh")
+    T, mb = post.setup.grid.T, 16
+    for f in (lambda p, x: p.mean(x), lambda p, x: p.variance(x)):
+        txt = jax.jit(f).lower(post, Xs).compile().as_text()
+        sizes = _collective_result_elements(txt)
+        assert sizes, "expected collectives in the HLO"
+        assert max(sizes) <= T * max(mb, T), (max(sizes), T, mb)
+
+
+def test_failed_factorization_status_nan_and_check():
+    mesh = jax.make_mesh((2, 2), ("r", "c"))
+    n = 16
+    X = np.linspace(0.0, 1.0, n)[:, None]
+    noise = np.full(n, 0.1)
+    noise[9] = -5.0  # K_99 < 0: the 10th pivot fails
+    k = kernels.ExpSquared(0.3)
+    post = gd.condition(k, k, X, np.zeros(n), noise=noise, mesh=mesh, T_A=8)
+    assert int(post.status) == 10
+    assert np.all(np.isnan(np.asarray(post.mean(X[:3]))))
+    assert np.isnan(float(post.log_marginal_likelihood))
+    with pytest.raises(gpchol.NotPositiveDefiniteError, match="pivot 10") as err:
+        gd.condition(k, k, X, np.zeros(n), noise=noise, mesh=mesh, T_A=8, check=True)
+    assert err.value.pivot == 10
