@@ -1,0 +1,345 @@
+"""MultiOutputGP (ICM / LMC coregionalisation) against dense float64 NumPy references.
+
+The reference builds ``K = sum_q kron(B_q, k_q(X, X)) + kron(diag(noise), I)`` in NumPy
+and *deletes* the rows and columns of the missing entries; the model keeps static shapes
+(identity rows, zero residuals) and must give the same value, gradient and posterior.
+The Kronecker shortcut must equal the dense factorization to 1e-10 in float64.
+"""
+
+from functools import partial
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+from jax.test_util import check_grads
+
+from gpchol import Positive, fit, kernels
+from gpchol._gp import Coregionalization, MultiOutputGP, MultiOutputPosterior
+
+TOL = {np.float32: 2e-4, np.float64: 1e-10}
+
+# ------------------------------------------------------------------ NumPy references
+
+
+def np_expsq(ls, A, B):
+    d = (A[:, None, :] - B[None, :, :]) / ls
+    return np.exp(-0.5 * np.sum(d**2, -1))
+
+
+def np_matern32(ls, A, B):
+    r = np.sqrt(np.sum(((A[:, None, :] - B[None, :, :]) / ls) ** 2, -1)) * np.sqrt(3.0)
+    return (1.0 + r) * np.exp(-r)
+
+
+NP_KERNELS = {"expsq": np_expsq, "matern32": np_matern32}
+JAX_KERNELS = {"expsq": kernels.ExpSquared, "matern32": kernels.Matern32}
+
+
+def make_problem(rng, n, p, ranks, names, missing, d=2):
+    """Random inputs, observations, mask and parameters of a Q-component LMC."""
+    X = rng.uniform(0.0, 3.0, (n, d))
+    y = rng.standard_normal((n, p))
+    mask = rng.uniform(size=(n, p)) >= missing
+    mask[0] = True  # at least one observed entry per output and per row 0
+    params = {
+        "W": [rng.standard_normal((p, r)) for r in ranks],
+        "kappa": [rng.uniform(0.1, 1.0, p) for _ in ranks],
+        "ls": [rng.uniform(0.5, 1.5, d) for _ in ranks],
+        "noise": rng.uniform(0.05, 0.3, p),
+        "mean": rng.standard_normal(p),
+    }
+    return X, y, mask, params, names
+
+
+def np_cov(prm, names, A, B):
+    """``sum_q kron(B_q, k_q(A, B))`` (output-major)."""
+    out = 0.0
+    for W, kap, ls, name in zip(prm["W"], prm["kappa"], prm["ls"], names, strict=True):
+        Bq = W @ W.T + np.diag(kap)
+        out = out + np.kron(Bq, NP_KERNELS[name](ls, A, B))
+    return out
+
+
+def np_reference(prm, names, X, y, mask, Xs):
+    """(lml, posterior mean (m, p), posterior variance (m, p)) with missing rows deleted."""
+    n, p = y.shape
+    K = np_cov(prm, names, X, X) + np.diag(np.repeat(prm["noise"], n))
+    o = mask.T.reshape(-1)
+    r = (y - prm["mean"]).T.reshape(-1)[o]
+    Ko = K[np.ix_(o, o)]
+    _, ld = np.linalg.slogdet(Ko)
+    alpha = np.linalg.solve(Ko, r)
+    lml = -0.5 * (r @ alpha + ld + o.sum() * np.log(2 * np.pi))
+    Ks = np_cov(prm, names, X, Xs)[o]  # (n_obs, p m)
+    m = Xs.shape[0]
+    mean = (Ks.T @ alpha).reshape(p, m).T + prm["mean"]
+    prior = np.diagonal(np_cov(prm, names, Xs, Xs)).reshape(p, m).T
+    var = prior - np.sum(Ks * np.linalg.solve(Ko, Ks), 0).reshape(p, m).T
+    return lml, mean, var
+
+
+def build(prm, names, X, mask=None, kronecker="auto", **kw):
+    ks = [JAX_KERNELS[nm](ls) for nm, ls in zip(names, prm["ls"], strict=True)]
+    cs = [Coregionalization(W, k) for W, k in zip(prm["W"], prm["kappa"], strict=True)]
+    return MultiOutputGP(
+        ks, cs, X, noise=prm["noise"], mask=mask, mean=prm["mean"], kronecker=kronecker, **kw
+    )
+
+
+def cast(tree, dtype):
+    return jax.tree.map(lambda a: np.asarray(a, dtype), tree)
+
+
+# (n, p, ranks per latent kernel, kernels, fraction missing, kronecker)
+CASES = [
+    (20, 2, (1,), ("expsq",), 0.0, True),  # ICM, Kronecker shortcut
+    (20, 2, (1,), ("expsq",), 0.0, False),  # the same, dense
+    (17, 3, (2,), ("matern32",), 0.0, "auto"),
+    (23, 3, (3,), ("expsq",), 0.3, "auto"),  # missing entries: dense
+    (15, 2, (2, 1), ("expsq", "matern32"), 0.0, "auto"),  # LMC: dense
+    (19, 3, (1, 2), ("matern32", "expsq"), 0.25, "auto"),  # LMC with missing entries
+]
+
+
+VALUE_CASES = [(*c, np.float64) for c in CASES] + [
+    (*CASES[0], np.float32),
+    (*CASES[5], np.float32),
+]
+
+
+@pytest.mark.parametrize("n,p,ranks,names,missing,kron,dtype", VALUE_CASES)
+def test_value_and_posterior_match_numpy(rng, n, p, ranks, names, missing, kron, dtype):
+    X, y, mask, prm, names = make_problem(rng, n, p, ranks, names, missing)
+    Xs = rng.uniform(-0.5, 3.5, (5, X.shape[1]))
+    lml, mean, var = np_reference(prm, names, X, y, mask, Xs)
+    y_in = np.where(mask, y, np.nan)  # missing entries are ignored, NaN or not
+    gp = build(cast(prm, dtype), names, X.astype(dtype), mask=mask, kronecker=kron)
+    assert gp.uses_kronecker == (kron is not False and len(ranks) == 1 and missing == 0.0)
+    tol = TOL[dtype]
+
+    @jax.jit
+    def run(gp, y, Xs):
+        post = gp.condition(y)
+        out = (post.log_marginal_likelihood, post.mean(Xs), post.variance(Xs))
+        return gp.log_marginal_likelihood(y), post, out, post.variance(Xs, include_noise=True)
+
+    value, post, (post_lml, post_mean, post_var), var_y = run(
+        gp, y_in.astype(dtype), Xs.astype(dtype)
+    )
+    assert isinstance(post, MultiOutputPosterior) and value.dtype == dtype
+    np.testing.assert_allclose(float(value), lml, rtol=tol * 10, atol=tol * 10)
+    np.testing.assert_allclose(float(post_lml), lml, rtol=tol * 10)
+    np.testing.assert_allclose(post_mean, mean, atol=tol * 50, rtol=0)
+    np.testing.assert_allclose(post_var, var, atol=tol * 50, rtol=0)
+    np.testing.assert_allclose(var_y, var + prm["noise"], atol=tol * 50)
+
+
+@pytest.mark.parametrize("jitter", [None, 1e-3])
+def test_kronecker_equals_dense(rng, jitter):
+    """The Kronecker shortcut against the dense factorization: value, gradient, posterior."""
+    X, y, _, prm, names = make_problem(rng, 25, 3, (2,), ("matern32",), 0.0)
+
+    Xs = rng.uniform(0.0, 3.0, (4, 2))
+
+    @partial(jax.jit, static_argnums=1)
+    def run(prm, kron):
+        gp = build(prm, names, X, kronecker=kron, jitter=jitter)
+        value, grad = jax.value_and_grad(lambda q: gp_of(q, kron).log_marginal_likelihood(y))(prm)
+        post = gp.condition(y)
+        return value, grad, post.mean(Xs), post.variance(Xs), post.P is not None
+
+    def gp_of(q, kron):
+        return build(q, names, X, kronecker=kron, jitter=jitter)
+
+    a, b = run(prm, True), run(prm, False)
+    assert a[4] and not b[4]  # the Kronecker posterior holds P, the dense one does not
+    np.testing.assert_allclose(float(a[0]), float(b[0]), rtol=1e-12, atol=1e-10)
+    for u, v in zip(a[1:4], b[1:4], strict=True):
+        jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, atol=1e-10, rtol=1e-10), u, v)
+
+
+GRAD_CASES = [
+    (12, 2, (1,), ("expsq",), 0.0, True),
+    (12, 3, (2,), ("expsq",), 0.3, "auto"),
+    (10, 2, (1, 1), ("expsq", "matern32"), 0.2, "auto"),
+]
+
+
+@pytest.mark.parametrize("n,p,ranks,names,missing,kron", GRAD_CASES)
+def test_gradients(rng, n, p, ranks, names, missing, kron):
+    """check_grads (forward and reverse) wrt every parameter, the inputs and y."""
+    X, y, mask, prm, names = make_problem(rng, n, p, ranks, names, missing)
+
+    def f(prm, X, y):
+        return build(prm, names, X, mask=mask, kronecker=kron).log_marginal_likelihood(y)
+
+    # central differences with a small step (the default 1e-4 leaves a truncation error of
+    # ~1e-6 relative on this likelihood); tolerances are check_grads' float64 defaults
+    check_grads(jax.jit(f), (prm, X, y), order=1, modes=["fwd", "rev"], eps=1e-6)
+
+
+def test_gradient_matches_numpy_finite_differences(rng):
+    """Reverse-mode gradient with missing entries equals central differences of the NumPy
+    reference that deletes them (so the masked rows contribute nothing)."""
+    X, y, mask, prm, names = make_problem(rng, 11, 3, (2,), ("expsq",), 0.3)
+    g = jax.jit(
+        jax.grad(lambda W: build({**prm, "W": [W]}, names, X, mask=mask).log_marginal_likelihood(y))
+    )
+    got = np.asarray(g(prm["W"][0]))
+    ref = np.zeros_like(got)
+    h = 1e-6
+    for idx in np.ndindex(*got.shape):
+        Wp, Wm = prm["W"][0].copy(), prm["W"][0].copy()
+        Wp[idx] += h
+        Wm[idx] -= h
+        fp = np_reference({**prm, "W": [Wp]}, names, X, y, mask, X[:1])[0]
+        fm = np_reference({**prm, "W": [Wm]}, names, X, y, mask, X[:1])[0]
+        ref[idx] = (fp - fm) / (2 * h)
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-7)
+
+
+def test_degenerate_coregionalization_gradient_is_finite(rng):
+    """At B = I (W = 0, equal kappa) every eigenvalue repeats: the Kronecker rule never
+    differentiates the eigenvectors, so the gradient is finite and equals the dense one."""
+    X, y, _, prm, names = make_problem(rng, 14, 3, (1,), ("expsq",), 0.0)
+    prm = {**prm, "W": [np.zeros((3, 1))], "kappa": [np.ones(3)], "noise": np.full(3, 0.1)}
+
+    def lml(prm, kron):
+        return build(prm, names, X, kronecker=kron).log_marginal_likelihood(y)
+
+    grad = jax.jit(jax.grad(lml), static_argnums=1)
+    ga, gb = grad(prm, True), grad(prm, False)
+    jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, atol=1e-10, rtol=1e-10), ga, gb)
+    assert all(bool(np.all(np.isfinite(u))) for u in jax.tree.leaves(ga))
+
+
+@pytest.mark.parametrize("kron", [True, False])
+def test_jit_vmap_grad(rng, kron):
+    X, _, _, prm, names = make_problem(rng, 10, 2, (1,), ("expsq",), 0.0)
+    ys = rng.standard_normal((3, 10, 2))
+
+    def lml(prm, y):
+        return build(prm, names, X, kronecker=kron).log_marginal_likelihood(y)
+
+    ref = np.array([np_reference(prm, names, X, yi, np.ones((10, 2), bool), X[:1])[0] for yi in ys])
+    np.testing.assert_allclose(jax.jit(jax.vmap(lml, (None, 0)))(prm, ys), ref, rtol=1e-10)
+    g = jax.jit(jax.grad(lml))(prm, ys[0])
+    g_batched = jax.jit(jax.vmap(jax.grad(lml), (None, 0)))(prm, ys)
+    jax.tree.map(
+        lambda u, v: np.testing.assert_allclose(u[0], v, rtol=1e-10, atol=1e-12), g_batched, g
+    )
+    # the model itself is a pytree: through jit and back
+    gp = build(prm, names, X, kronecker=kron)
+    out = jax.jit(lambda m: m.log_marginal_likelihood_with_status(ys[0]))(gp)
+    np.testing.assert_allclose(float(out[0]), ref[0], rtol=1e-10)
+    assert int(out[1]) == 0
+
+
+def test_fit(rng):
+    """gpchol.fit maximises the likelihood of a masked ICM: the result is a stationary
+    point of the NumPy reference in the optimiser's (unconstrained) coordinates."""
+    X, y, mask, _, names = make_problem(rng, 15, 2, (1,), ("expsq",), 0.2, d=1)
+    y = np.sin(2 * X) @ np.array([[1.0, -0.5]]) + 0.1 * y
+
+    def model(p):
+        return MultiOutputGP(
+            kernels.ExpSquared(p["ls"]), p["coreg"], X, noise=p["noise"], mask=mask
+        )
+
+    c0 = Coregionalization(np.array([[0.5], [0.5]]), np.array([0.5, 0.5]))
+    p0 = {"ls": 1.0, "coreg": c0, "noise": np.array([0.1, 0.1])}
+    t = {"ls": Positive(), "coreg": c0.default_transforms(), "noise": Positive()}
+    res = fit(model, p0, y, transforms=t, steps=200, progress=False)
+    assert res.success, res.message
+    lml = jax.jit(lambda p: model(p).log_marginal_likelihood(y))
+    assert res.log_marginal_likelihood > float(lml(p0)) + 1.0
+    np.testing.assert_allclose(res.log_marginal_likelihood, float(lml(res.params)), rtol=1e-12)
+
+    def ref(ls, W, kap, noise):
+        q = {"W": [W], "kappa": [kap], "ls": [np.array([ls])], "noise": noise, "mean": np.zeros(2)}
+        return np_reference(q, names, X, y, mask, X[:1])[0]
+
+    ls = float(res.params["ls"])
+    W, kap = np.asarray(res.params["coreg"].W), np.asarray(res.params["coreg"].kappa)
+    noise = np.asarray(res.params["noise"])
+    h = 1e-6
+
+    def unconstrained(theta):  # d theta / du of the softplus transform of a positive theta
+        return -np.expm1(-theta)
+
+    grads = [
+        (ref(ls + h, W, kap, noise) - ref(ls - h, W, kap, noise)) / (2 * h) * unconstrained(ls)
+    ]
+    for arr, name in ((W, "W"), (kap, "kap"), (noise, "noise")):
+        for idx in np.ndindex(*arr.shape):
+            up, dn = arr.copy(), arr.copy()
+            up[idx] += h
+            dn[idx] -= h
+            args = {"W": W, "kap": kap, "noise": noise}
+            fu = ref(ls, **{**args, name: up})
+            fd = ref(ls, **{**args, name: dn})
+            scale = 1.0 if name == "W" else unconstrained(arr[idx])
+            grads.append((fu - fd) / (2 * h) * scale)
+    assert np.max(np.abs(grads)) < 1e-3, grads
+
+
+def test_sharded_dense_matches_one_device(rng):
+    """X on a 2x2 mesh of the simulated CPU devices: the dense np x np covariance is
+    factored by gpchol.distributed (n p = 42 padded to 44), value and gradient as on one
+    device to 1e-10."""
+    X, y, mask, prm, names = make_problem(rng, 14, 3, (2, 1), ("expsq", "matern32"), 0.2)
+    mesh = jax.make_mesh((2, 2), ("r", "c"))
+    Xd = jax.device_put(X, NamedSharding(mesh, P("r")))
+
+    def lml(prm, X):
+        return build(prm, names, X, mask=mask).log_marginal_likelihood(y)
+
+    assert not build(prm, names, Xd, mask=mask).uses_kronecker
+    ref = np_reference(prm, names, X, y, mask, X[:1])[0]
+    one, g1 = jax.jit(jax.value_and_grad(lml))(prm, X)
+    with jax.set_mesh(mesh):
+        value, g = jax.jit(jax.value_and_grad(lml))(prm, Xd)
+    np.testing.assert_allclose(float(one), ref, rtol=1e-10)
+    np.testing.assert_allclose(float(value), float(one), rtol=1e-10, atol=1e-10)
+    jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, atol=1e-10, rtol=1e-9), g, g1)
+
+
+# ------------------------------------------------------------------------ bad input
+
+
+def test_bad_input_errors():
+    k, X = kernels.ExpSquared(), np.linspace(0.0, 1.0, 4)
+    c = Coregionalization(np.ones((2, 1)), 0.5)
+    with pytest.raises(ValueError, match=r"rank \(3.*larger than the number of outputs \(2"):
+        Coregionalization(np.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"W .* must have shape \(p, rank\)"):
+        Coregionalization(np.ones(3))
+    with pytest.raises(ValueError, match=r"kappa must be a scalar or have shape \(2,\)"):
+        Coregionalization(np.ones((2, 1)), np.ones(3))
+    with pytest.raises(ValueError, match=r"kappa .* must be > 0"):
+        Coregionalization(np.ones((2, 1)), np.array([1.0, 0.0]))
+    with pytest.raises(ValueError, match=r"mask must have shape \(n, p\) = \(4, 2\).*\(2, 4\)"):
+        MultiOutputGP(k, c, X, noise=0.1, mask=np.ones((2, 4), bool))
+    with pytest.raises(TypeError, match="mask must be a boolean array"):
+        MultiOutputGP(k, c, X, noise=0.1, mask=np.ones((4, 2)))
+    gp = MultiOutputGP(k, c, X, noise=0.1)
+    with pytest.raises(ValueError, match=r"y must have shape \(n, p\) = \(4, 2\).*reshape y"):
+        gp.log_marginal_likelihood(np.zeros(4))
+    with pytest.raises(ValueError, match=r"y must have shape \(n, p\) = \(4, 2\).*\(4, 3\)"):
+        gp.condition(np.zeros((4, 3)))
+    with pytest.raises(ValueError, match=r"noise must be a scalar or have shape \(2,\)"):
+        MultiOutputGP(k, c, X, noise=np.ones(3))
+    with pytest.raises(ValueError, match=r"noise .* must be finite and >= 0"):
+        MultiOutputGP(k, c, X, noise=np.array([0.1, -1.0]))
+    with pytest.raises(ValueError, match=r"one Coregionalization per latent kernel"):
+        MultiOutputGP([k, k], c, X, noise=0.1)
+    with pytest.raises(ValueError, match="same number of outputs"):
+        MultiOutputGP([k, k], [c, Coregionalization(np.ones((3, 1)))], X, noise=0.1)
+    with pytest.raises(TypeError, match="kernel must be a gpchol kernel"):
+        MultiOutputGP(lambda a, b: a, c, X, noise=0.1)
+    with pytest.raises(ValueError, match="kronecker=True needs one latent kernel"):
+        MultiOutputGP(k, c, X, noise=0.1, mask=np.eye(4, 2, dtype=bool), kronecker=True)
+    with pytest.raises(ValueError, match="Xs has 2 column"):
+        jax.jit(gp.condition)(np.zeros((4, 2))).mean(np.zeros((3, 2)))
