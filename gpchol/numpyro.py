@@ -10,6 +10,9 @@ never imports NumPyro.
   adjoint (about ``2 n^3 / 3`` flops) instead of JAX's transposed JVP (about ``4 n^3``).
 * :class:`GaussianProcessMarginal`: the marginal ``N(m(X), k(X, X) + noise I)`` of a GP
   with Gaussian noise at inputs ``X``, for ``numpyro.sample("y", ..., obs=y)``.
+  Its :meth:`~GaussianProcessMarginal.predict` records the posterior predictive at test
+  inputs as a sample site, so ``numpyro.infer.Predictive`` draws ``f(Xs)`` (or ``y(Xs)``)
+  for a whole batch of posterior hyperparameter draws at once.
 * :func:`latent_gp`: a non-centred latent GP ``f = m(X) + L z``, ``z ~ N(0, I)``, for
   non-Gaussian likelihoods.
 
@@ -63,13 +66,16 @@ from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import lazy_property, validate_sample
 
-from gpchol._base.validate import as_inputs, check_jitter
+from gpchol._base.validate import as_inputs, check_jitter, is_concrete
+from gpchol._gp import GaussianProcess, Posterior
 from gpchol._linalg.backends import Backend, array_platform, prepare
 from gpchol._linalg.blocks import mT, symmetrize
 from gpchol._linalg.cholesky import guarded_chol
 from gpchol._linalg.gaussian import LOG_2PI, DenseCovariance, GaussianRule, gaussian_loglik
 from gpchol._linalg.solve import cho_inverse, solve_triangular
+from gpchol._routing import cholesky_with_status
 from gpchol.distributed import gaussian_log_likelihood
+from gpchol.kernels import Kernel
 from gpchol.means import as_mean
 
 __all__ = ["GaussianProcessMarginal", "MultivariateNormal", "latent_gp"]
@@ -473,6 +479,78 @@ def _scalar_noise(noise: ArrayLike) -> jax.Array:
     return noise
 
 
+def _test_noise(
+    noise: ArrayLike | None, include_noise: bool, model_noise: Any, m: int, dtype: DTypeLike
+) -> jax.Array | None:
+    """The ``(m,)`` noise variances added at the test points, or ``None`` (latent ``f``)."""
+    if not include_noise and noise is None:
+        return None
+    if noise is None:
+        nz = jnp.asarray(model_noise)
+        if nz.ndim > 1 or (nz.ndim == 1 and nz.shape[0] != 1):
+            raise ValueError(
+                "include_noise=True with per-point (heteroscedastic) training noise needs the "
+                f"test points' noise variances: pass noise= with shape ({m},) or a scalar."
+            )
+        noise = nz
+    nz = jnp.asarray(noise)
+    if nz.ndim > 1 or (nz.ndim == 1 and nz.shape[0] not in (1, m)):
+        raise ValueError(
+            f"noise (the test points' noise variance) must be a scalar or have shape ({m},), "
+            f"one variance per test point; got shape {tuple(nz.shape)}."
+        )
+    if is_concrete(nz):
+        v = np.asarray(nz)
+        if not np.all(np.isfinite(v)) or np.any(v < 0):
+            raise ValueError(
+                "noise (the test points' noise variance) must be finite and >= 0; got "
+                f"{v if v.ndim == 0 else 'an array with negative or non-finite values'}."
+            )
+    return jnp.broadcast_to(nz.astype(dtype), (m,))
+
+
+def _relative_jitter_factor(C: jax.Array, jitter: Any) -> jax.Array:
+    """Lower factor of an ``(m, m)`` posterior covariance ``C``, with a relative jitter.
+
+    A posterior covariance at nearby test points is numerically singular (the prior is
+    smooth and the data pin it down), so, as :meth:`gpchol.Posterior.sample` does, ``C``
+    is scaled by ``s = max diag C`` and ``C / s + j I`` is factored for the first ``j`` of
+    the schedule that succeeds; the factor of ``C`` is ``sqrt(s) L``. A failed factor is
+    NaN (then so are the draws).
+    """
+    scale = jnp.maximum(jnp.max(jnp.diagonal(C)), jnp.finfo(C.dtype).tiny)
+    Ls = cholesky_with_status(C / scale, jitter=check_jitter(jitter) or (0.0,))[0]
+    return jnp.sqrt(scale) * Ls
+
+
+@partial(jax.jit, static_argnums=(4, 5))
+def _predictive_moments(
+    gp: GaussianProcess,
+    y: jax.Array,
+    Xs: jax.Array,
+    eps: jax.Array | None,
+    joint: bool,
+    jitter: tuple[float, ...] | None,
+) -> tuple[jax.Array, jax.Array]:
+    """``(mean, scale_tril)`` (``joint``) or ``(mean, sd)`` of the predictive at ``Xs``.
+
+    One compiled program per shape, so an eager ``vmap`` over posterior draws (what
+    ``Predictive(..., parallel=True)`` does) runs it batched instead of op by op; under an
+    outer ``jit``/``lax.map`` it is inlined.
+    """
+    post = gp.condition(y)
+    mu = post.mean(Xs)
+    if not joint:
+        var = post.variance(Xs)
+        if eps is not None:
+            var = var + eps
+        return mu, jnp.sqrt(var)
+    C = post.covariance(Xs)
+    if eps is not None:
+        C = C + jnp.diag(eps)
+    return mu, (_relative_jitter_factor(C, jitter) if Xs.shape[0] else C)
+
+
 class GaussianProcessMarginal(MultivariateNormal):
     r"""Marginal distribution of a GP with Gaussian noise at the inputs ``X``.
 
@@ -593,6 +671,175 @@ class GaussianProcessMarginal(MultivariateNormal):
         )
         lp, status = out if isinstance(out, tuple) else (out, 0)
         return jnp.where((status != 0) | jnp.isnan(lp), -jnp.inf, lp)
+
+    # ------------------------------------------------------------------ posterior
+    def condition(self, y: ArrayLike) -> Posterior:
+        """The GP posterior given observations ``y`` at ``X`` (a :class:`gpchol.Posterior`).
+
+        The same model as this distribution (kernel, noise, mean, jitter), conditioned by
+        :meth:`gpchol.GaussianProcess.condition`: one factorization, ``alpha = K^-1
+        (y - m(X))``, then ``mean``/``variance``/``covariance``/``sample`` at test inputs.
+        Works under ``jit`` and ``vmap`` (a pytree); a failed factorization gives NaN
+        predictions and the posterior's ``status``. With ``mesh=...``, the posterior is
+        built on one device (dense), not sharded.
+
+        Args:
+            y: ``(n,)`` observations.
+
+        Returns:
+            A :class:`gpchol.Posterior`.
+
+        Raises:
+            TypeError: the kernel is a plain callable, not a gpchol kernel (the posterior
+                needs the kernel's ``diag``).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import kernels
+            >>> import gpchol.numpyro as gnp
+            >>> X = jnp.linspace(0.0, 1.0, 5)
+            >>> d = gnp.GaussianProcessMarginal(kernels.ExpSquared(0.3), X, noise=0.1)
+            >>> d.condition(jnp.sin(X)).mean(jnp.array([0.5, 2.0])).shape
+            (2,)
+        """
+        return self._gp().condition(y)
+
+    def _gp(self) -> GaussianProcess:
+        """This model as a :class:`gpchol.GaussianProcess` (the posterior's machinery)."""
+        if not isinstance(self.kernel, Kernel):
+            raise TypeError(
+                "condition/predict need a gpchol kernel (gpchol.kernels.*) for the posterior; "
+                f"this distribution's kernel is {type(self.kernel).__name__}."
+            )
+        return GaussianProcess(
+            self.kernel, self.X, noise=self.noise, mean=self.mean_function, jitter=self.jitter
+        )
+
+    def predictive(
+        self,
+        y: ArrayLike,
+        Xs: ArrayLike,
+        *,
+        include_noise: bool = False,
+        noise: ArrayLike | None = None,
+        joint: bool = True,
+        jitter: Any = (1e-10, 1e-8, 1e-6),
+    ) -> Distribution:
+        r"""The posterior predictive at test inputs ``Xs`` given ``y``, as a distribution.
+
+        Rasmussen & Williams (2006), Alg. 2.1: with ``K = k(X, X) + diag(noise) = L L^T``
+        and ``alpha = K^-1 (y - m(X))``, ``f(Xs) | y ~ N(m(Xs) + k(Xs, X) alpha,
+        k(Xs, Xs) - V^T V)``, ``V = L^-1 k(X, Xs)`` (:meth:`condition`). For ``y(Xs)``
+        the test points' noise variance is added to the diagonal.
+
+        Args:
+            y: ``(n,)`` observations at ``X``.
+            Xs: ``(m, d)`` test inputs (``(m,)`` is read as ``(m, 1)``).
+            include_noise: predict ``y(Xs) = f(Xs) + eps`` instead of the latent ``f``.
+            noise: the test points' own noise variance, a scalar or ``(m,)`` (implies
+                ``include_noise``; heteroscedastic models need it for ``y(Xs)``). Default:
+                with ``include_noise``, this model's noise (which must then be a scalar).
+            joint: ``True``: the joint ``(m,)`` Gaussian (``m x m`` covariance, factored
+                with the relative ``jitter`` schedule as :meth:`gpchol.Posterior.sample`);
+                draws are smooth functions. ``False``: independent marginals
+                ``Normal(mean, sd).to_event(1)`` from the posterior variances only (no
+                ``m x m`` matrix; enough for pointwise predictive bands).
+            jitter: schedule of diagonal jitter, relative to the largest predictive
+                variance, for ``joint=True``.
+
+        Returns:
+            A NumPyro distribution with ``event_shape == (m,)``:
+            :class:`MultivariateNormal` (``loc``, ``scale_tril``) for ``joint=True``,
+            else an ``Independent`` ``Normal`` (``base_dist.loc``, ``base_dist.scale``).
+            NaN parameters where a factorization failed (no validation is done on them).
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> from gpchol import kernels
+            >>> import gpchol.numpyro as gnp
+            >>> X = jnp.linspace(0.0, 1.0, 5)
+            >>> d = gnp.GaussianProcessMarginal(kernels.ExpSquared(0.3), X, noise=0.1)
+            >>> p = d.predictive(jnp.sin(X), jnp.array([0.5, 2.0]), include_noise=True)
+            >>> p.event_shape, p.sample(jax.random.PRNGKey(0)).shape
+            ((2,), (2,))
+        """
+        if not isinstance(joint, (bool, np.bool_)):
+            raise TypeError(f"joint must be True or False; got {joint!r}.")
+        if not isinstance(include_noise, (bool, np.bool_)):
+            raise TypeError(f"include_noise must be True or False; got {include_noise!r}.")
+        gp = self._gp()
+        Xs = as_inputs(Xs, "Xs")
+        if is_concrete(Xs) and not np.all(np.isfinite(np.asarray(Xs))):
+            raise ValueError(
+                "Xs (the test inputs) has NaN or inf entries; drop or impute those rows first."
+            )
+        dtype = jnp.result_type(gp.X.dtype, Xs.dtype)
+        eps = _test_noise(noise, bool(include_noise), self.noise, Xs.shape[0], dtype)
+        jit_sched = check_jitter(jitter) if joint else None
+        mu, scale = _predictive_moments(gp, jnp.asarray(y), Xs, eps, bool(joint), jit_sched)
+        if not joint:
+            base = numpyro.distributions.Normal(mu, scale, validate_args=False)
+            return base.to_event(1)
+        return MultivariateNormal(mu, scale_tril=scale, validate_args=False)
+
+    def predict(
+        self,
+        name: str,
+        y: ArrayLike,
+        Xs: ArrayLike,
+        *,
+        include_noise: bool = False,
+        noise: ArrayLike | None = None,
+        joint: bool = True,
+        jitter: Any = (1e-10, 1e-8, 1e-6),
+    ) -> jax.Array:
+        """Sample the posterior predictive at ``Xs`` as the NumPyro site ``name``.
+
+        ``numpyro.sample(name, self.predictive(y, Xs, ...))``: inside a model, after the
+        observation site, so that ``numpyro.infer.Predictive(model, posterior_samples)``
+        returns one predictive draw per posterior draw, ``(num_draws, m)``. Predictive
+        maps the model over the draws as a traced program (``parallel=False``, its
+        default, one draw at a time in a ``lax.map``; ``parallel=True`` with ``vmap``,
+        all draws at once, so memory grows with the number of draws times ``n^2``).
+        Pass the value the observation site returns as ``y`` (the data when observed, a
+        prior draw when not).
+
+        Args:
+            name: the site's name.
+            y: ``(n,)`` observations at ``X``.
+            Xs: ``(m, d)`` test inputs.
+            include_noise: sample ``y(Xs)`` instead of the latent ``f(Xs)``.
+            noise: the test points' own noise variance, scalar or ``(m,)``; implies
+                ``include_noise`` (see :meth:`predictive`).
+            joint: joint draws (``True``) or independent marginals (``False``).
+            jitter: relative jitter schedule of the joint covariance's factor.
+
+        Returns:
+            ``(m,)`` the site's value.
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> import numpyro, numpyro.distributions as dist
+            >>> from numpyro.infer import Predictive
+            >>> from gpchol import kernels
+            >>> import gpchol.numpyro as gnp
+            >>> def model(X, y=None, Xs=None):
+            ...     ls = numpyro.sample("ls", dist.LogNormal(0.0, 1.0))
+            ...     gp = gnp.GaussianProcessMarginal(kernels.ExpSquared(ls), X, noise=0.1)
+            ...     y = numpyro.sample("y", gp, obs=y)
+            ...     if Xs is not None:
+            ...         gp.predict("f_star", y, Xs)
+            >>> X = jnp.linspace(0.0, 1.0, 6)
+            >>> draws = {"ls": jnp.array([0.2, 0.3, 0.5])}
+            >>> out = Predictive(model, draws)(jax.random.PRNGKey(0), X, jnp.sin(X),
+            ...                                Xs=jnp.array([0.1, 0.7]))
+            >>> out["f_star"].shape
+            (3, 2)
+        """
+        d = self.predictive(
+            y, Xs, include_noise=include_noise, noise=noise, joint=joint, jitter=jitter
+        )
+        return numpyro.sample(name, d)
 
 
 def latent_gp(

@@ -331,3 +331,224 @@ def test_svi_autonormal_decreases_elbo():
     losses = np.asarray(res.losses)
     assert np.all(np.isfinite(losses))
     assert losses[-30:].mean() < losses[:30].mean() - 1.0
+
+
+# ----------------------------------------------------------------------------------------
+# Posterior predictive of GaussianProcessMarginal (predictive / predict, inside Predictive)
+# ----------------------------------------------------------------------------------------
+
+
+def _rw_alg21(k, X, Xs, y, noise, mean_train, mean_test, test_noise=None):
+    """Rasmussen & Williams Alg. 2.1 in float64 NumPy: the predictive mean and covariance."""
+    K = np.asarray(k(X, X)) + np.diag(np.broadcast_to(noise, (len(y),)))
+    Ks, Kss = np.asarray(k(X, Xs)), np.asarray(k(Xs, Xs))
+    L = np.linalg.cholesky(K)
+    alpha = np.linalg.solve(L.T, np.linalg.solve(L, y - mean_train))
+    V = np.linalg.solve(L, Ks)
+    cov = Kss - V.T @ V
+    if test_noise is not None:
+        cov = cov + np.diag(np.broadcast_to(test_noise, (Kss.shape[0],)))
+    return mean_test + Ks.T @ alpha, cov
+
+
+def _lin_mean(X):
+    return 0.3 * X[:, 0] - 0.1
+
+
+# (kernel, d, per-point training noise, include_noise, test noise, joint, jitter)
+PREDICTIVE_CASES = [
+    (kernels.ExpSquared(0.7), 1, False, False, None, True, None),
+    (1.7 * kernels.Matern52(0.9), 1, True, True, "per-point", True, None),
+    (kernels.ExpSquared(0.5), 2, False, True, None, False, None),
+    (0.8 * kernels.Matern52(1.3), 2, True, False, None, False, 1e-6),
+    (kernels.ExpSquared(1.1), 1, False, True, 0.05, True, 1e-8),
+]
+
+
+@pytest.mark.parametrize("case", range(len(PREDICTIVE_CASES)))
+def test_predictive_parameters_match_rw_alg21(rng, case):
+    k, d, per_point, include_noise, test_noise, joint, jitter = PREDICTIVE_CASES[case]
+    n, m = 15, 7
+    X = rng.uniform(0.0, 3.0, (n, d))
+    Xs = rng.uniform(-0.5, 3.5, (m, d))
+    y = np.sin(2.0 * X[:, 0]) + 0.1 * rng.standard_normal(n)
+    noise = rng.uniform(0.01, 0.1, n) if per_point else 0.04
+    tn = rng.uniform(0.01, 0.1, m) if test_noise == "per-point" else test_noise
+    gp = gnp.GaussianProcessMarginal(k, X, noise, mean=_lin_mean, jitter=jitter)
+    mu_ref, cov_ref = _rw_alg21(
+        k,
+        X,
+        Xs,
+        y,
+        np.asarray(noise) + (jitter or 0.0),
+        _lin_mean(X),
+        _lin_mean(Xs),
+        (tn if tn is not None else noise) if include_noise else None,
+    )
+    p = gp.predictive(y, Xs, include_noise=include_noise, noise=tn, joint=joint)
+    assert p.event_shape == (m,) and p.batch_shape == ()
+    scale = np.max(np.diag(cov_ref))
+    if joint:
+        assert isinstance(p, gnp.MultivariateNormal)
+        np.testing.assert_allclose(p.loc, mu_ref, rtol=1e-9, atol=1e-10)
+        St = np.asarray(p.scale_tril)
+        np.testing.assert_array_equal(St, np.tril(St))
+        # the relative jitter (1e-10 of the largest variance) is the only difference
+        np.testing.assert_allclose(St @ St.T, cov_ref, atol=2e-10 * scale + 1e-12)
+    else:
+        np.testing.assert_allclose(p.base_dist.loc, mu_ref, rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(
+            p.base_dist.scale**2, np.diag(cov_ref), rtol=1e-8, atol=1e-10 * scale
+        )
+    s = p.sample(jax.random.PRNGKey(0), (3,))
+    assert s.shape == (3, m) and np.all(np.isfinite(s))
+    # the site records the same distribution
+    h = numpyro.handlers
+    tr = h.trace(h.seed(gp.predict, 0)).get_trace(
+        "f_star", y, Xs, include_noise=include_noise, noise=tn, joint=joint
+    )
+    site = tr["f_star"]
+    assert site["type"] == "sample" and site["value"].shape == (m,)
+    loc = site["fn"].loc if joint else site["fn"].base_dist.loc
+    np.testing.assert_allclose(loc, mu_ref, rtol=1e-9, atol=1e-10)
+    post = gp.condition(y)
+    np.testing.assert_allclose(post.mean(Xs), mu_ref, rtol=1e-9, atol=1e-10)
+
+
+def _predictive_model(X, y=None, Xs=None, joint=True):
+    amp = numpyro.sample("amp", dist.LogNormal(0.0, 1.0))
+    ls = numpyro.sample("ls", dist.LogNormal(0.0, 1.0))
+    noise = numpyro.sample("noise", dist.LogNormal(-2.0, 1.0))
+    gp = gnp.GaussianProcessMarginal(amp * kernels.ExpSquared(ls), X, noise=noise, mean=0.2)
+    y = numpyro.sample("y", gp, obs=y)
+    if Xs is not None:
+        d = gp.predictive(y, Xs, include_noise=True, joint=joint)
+        if joint:
+            numpyro.deterministic("loc", d.loc)
+            numpyro.deterministic("cov", d.scale_tril @ d.scale_tril.T)
+        gp.predict("y_star", y, Xs, include_noise=True, joint=joint)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_predict_in_predictive_over_posterior_draws(rng, parallel):
+    X, y = _gp_data(12)
+    Xs = np.linspace(-0.5, 5.5, 6)
+    draws = {
+        "amp": rng.uniform(0.5, 2.0, 5),
+        "ls": rng.uniform(0.3, 1.5, 5),
+        "noise": rng.uniform(0.02, 0.2, 5),
+    }
+    out = Predictive(_predictive_model, draws, parallel=parallel)(
+        jax.random.PRNGKey(0), X, y, Xs=Xs
+    )
+    assert out["y_star"].shape == (5, 6) and np.all(np.isfinite(out["y_star"]))
+    for i in range(5):
+        k = draws["amp"][i] * kernels.ExpSquared(draws["ls"][i])
+        nz = draws["noise"][i]
+        mu_ref, cov_ref = _rw_alg21(k, X, Xs, y, nz, 0.2, 0.2, nz)
+        np.testing.assert_allclose(out["loc"][i], mu_ref, rtol=1e-9, atol=1e-10)
+        scale = np.max(np.diag(cov_ref))
+        np.testing.assert_allclose(out["cov"][i], cov_ref, atol=2e-10 * scale + 1e-12)
+    # independent keys per draw: two draws with the same hyperparameters differ
+    assert len(np.unique(np.asarray(out["y_star"][:, 0]))) == 5
+    if not parallel:
+        return
+    # prior predictive (y not observed): y is drawn, then y_star given that y
+    prior = Predictive(_predictive_model, num_samples=5, parallel=parallel)(
+        jax.random.PRNGKey(1), X, Xs=Xs
+    )
+    assert prior["y"].shape == (5, 12) and prior["y_star"].shape == (5, 6)
+    assert np.all(np.isfinite(prior["y_star"]))
+
+
+def test_predict_draws_have_the_predictive_moments():
+    """Many draws of one hyperparameter value: empirical moments of the vmapped site."""
+    X, y = _gp_data(10)
+    Xs = np.array([0.3, 2.0, 2.2, 6.0])
+    num = 2000
+    draws = {"amp": np.full(num, 1.3), "ls": np.full(num, 0.8), "noise": np.full(num, 0.05)}
+    out = Predictive(_predictive_model, draws, parallel=True, return_sites=["y_star"])(
+        jax.random.PRNGKey(2), X, y, Xs=Xs
+    )
+    s = np.asarray(out["y_star"])
+    mu_ref, cov_ref = _rw_alg21(1.3 * kernels.ExpSquared(0.8), X, Xs, y, 0.05, 0.2, 0.2, 0.05)
+    sd = np.sqrt(np.diag(cov_ref))
+    np.testing.assert_array_less(np.abs(s.mean(0) - mu_ref), 5.0 * sd / np.sqrt(num))
+    # standard error of a sample covariance: sqrt((S_ii S_jj + S_ij^2) / num)
+    se = np.sqrt((np.outer(sd**2, sd**2) + cov_ref**2) / num)
+    np.testing.assert_array_less(np.abs(np.cov(s.T) - cov_ref), 5.0 * se)
+
+
+def test_predictive_jit_grad_and_failure(rng):
+    X, y = _gp_data(10)
+    Xs = np.array([0.5, 1.5, 4.0])
+
+    def moments(ls, nz):
+        gp = gnp.GaussianProcessMarginal(kernels.ExpSquared(ls), X, noise=nz)
+        p = gp.predictive(y, Xs, include_noise=True, joint=False)
+        return p.base_dist.loc, p.base_dist.scale
+
+    loc, sc = jax.jit(moments)(0.8, 0.05)
+    mu_ref, cov_ref = _rw_alg21(kernels.ExpSquared(0.8), X, Xs, y, 0.05, 0.0, 0.0, 0.05)
+    np.testing.assert_allclose(loc, mu_ref, rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(sc**2, np.diag(cov_ref), rtol=1e-8)
+
+    def params(theta):  # both variants' parameters, flattened
+        gp = gnp.GaussianProcessMarginal(kernels.ExpSquared(theta[0]), X, noise=theta[1])
+        p = gp.predictive(y, Xs, noise=0.02, joint=False)
+        q = gp.predictive(y, Xs)
+        return jnp.concatenate([p.base_dist.loc, p.base_dist.scale, q.loc])
+
+    # reverse mode against central differences (one compiled program each)
+    theta, h = np.array([0.8, 0.05]), 1e-6
+    jac = jax.jit(jax.jacrev(params))(theta)
+    f = jax.jit(params)
+    fd = np.stack([(f(theta + h * e) - f(theta - h * e)) / (2 * h) for e in np.eye(2)], 1)
+    np.testing.assert_allclose(jac, fd, rtol=1e-5, atol=1e-7)
+    # a failed factorization (traced negative noise): NaN predictions, no exception
+    loc_bad, sc_bad = jax.jit(moments)(0.8, -5.0)
+    assert np.all(np.isnan(loc_bad)) and np.all(np.isnan(sc_bad))
+
+    def joint_bad(nz):
+        gp = gnp.GaussianProcessMarginal(kernels.ExpSquared(0.8), X, noise=nz)
+        p = gp.predictive(y, Xs)
+        return p.loc, p.sample(jax.random.PRNGKey(0)), gp.condition(y).status
+
+    loc_bad, s_bad, status = jax.jit(joint_bad)(-5.0)
+    assert np.all(np.isnan(loc_bad)) and np.all(np.isnan(s_bad)) and int(status) > 0
+    # no test points
+    gp = gnp.GaussianProcessMarginal(kernels.ExpSquared(0.8), X, noise=0.05)
+    for joint in (True, False):
+        p = gp.predictive(y, np.zeros((0, 1)), joint=joint)
+        assert p.event_shape == (0,) and p.sample(jax.random.PRNGKey(0), (2,)).shape == (2, 0)
+
+
+def test_predictive_bad_arguments():
+    X, y = _gp_data(8)
+    gp = gnp.GaussianProcessMarginal(kernels.ExpSquared(0.8), X, noise=0.05)
+    hetero = gnp.GaussianProcessMarginal(kernels.ExpSquared(0.8), X, noise=np.full(8, 0.05))
+    Xs = np.array([0.5, 1.5, 4.0])
+    with pytest.raises(ValueError, match=r"Xs.* has 2 column"):
+        gp.predictive(y, np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="Xs must have shape"):
+        gp.predictive(y, np.zeros((3, 1, 1)))
+    with pytest.raises(ValueError, match=r"Xs.* NaN"):
+        gp.predictive(y, np.array([0.5, np.nan]))
+    with pytest.raises(ValueError, match=r"noise \(the test points' noise variance\) must be"):
+        gp.predictive(y, Xs, include_noise=True, noise=np.ones(2))
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        gp.predictive(y, Xs, include_noise=True, noise=-1.0)
+    # noise= implies include_noise
+    a = gp.predictive(y, Xs, noise=0.1, joint=False).base_dist.scale
+    b = gp.predictive(y, Xs, include_noise=True, noise=0.1, joint=False).base_dist.scale
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match=r"pass noise= with shape \(3,\)"):
+        hetero.predictive(y, Xs, include_noise=True)
+    hetero.predictive(y, Xs, include_noise=True, noise=np.full(3, 0.05))  # accepted
+    with pytest.raises(TypeError, match="joint must be True or False"):
+        gp.predictive(y, Xs, joint="yes")
+    with pytest.raises(ValueError, match=r"y must have shape \(8,\)"):
+        gp.predictive(np.zeros(5), Xs)
+    plain = gnp.GaussianProcessMarginal(lambda a, b: jnp.exp(-((a - b.T) ** 2)), X, noise=0.1)
+    with pytest.raises(TypeError, match="need a gpchol kernel"):
+        plain.predict("f", y, Xs)
