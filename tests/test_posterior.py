@@ -269,3 +269,27 @@ def test_large_m_runs_in_blocks(rng):
     for n in (10, 4000, 32000):
         assert default_block_size(n, 10**6) * n <= max(1 << 20, n * n // 16)
     assert isinstance(post, Posterior)
+
+
+def test_cli_co2_component_curves():
+    """The CLI plot's curves (one jitted program): components that add up to the whole."""
+    from gpchol.cli.model import Model
+    from gpchol.cli.plotting import _curves
+
+    m = Model.co2()
+    p = {k: jnp.asarray(v) for k, v in m.spec.init_params().items()}
+    post = m.gp(p, np.float64).condition(jnp.asarray(m.ys(m.y)))
+    grid = jnp.asarray(m.xs(np.linspace(1960.0, 2010.0, 37)[:, None]))
+    curves = _curves(post, grid, 3)
+    assert len(curves) == 4
+    whole, var_y = post.mean_and_variance(grid, include_noise=True)
+    # the same arithmetic fused differently inside one program: rounding of the order of
+    # cond(K) eps (|alpha| ~ 1e3 here)
+    np.testing.assert_allclose(curves[0][0], whole, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(curves[0][1], var_y, rtol=1e-9)
+    short = post.mean(grid, kernel=additive_terms(post.gp.kernel)[3])
+    total = curves[1][0] + curves[2][0] + curves[3][0] + short
+    np.testing.assert_allclose(total, whole, rtol=1e-9, atol=1e-9)
+    for i in (1, 2, 3):
+        ref = post.variance(grid, kernel=additive_terms(post.gp.kernel)[i - 1])
+        np.testing.assert_allclose(curves[i][1], ref, rtol=1e-10, atol=1e-12)

@@ -1,4 +1,10 @@
-"""The plot of a fit (``gpchol-fit.png``): data, posterior mean and a ±2σ band.
+"""The plot of a fit (``gpchol-fit.png``): data, posterior mean and a ±2σ band; for the
+CO2 model, the posterior of its long-term trend, seasonal cycle and medium-term
+irregularities in panels below (R&W 2006, Sec. 5.4.3).
+
+All the curves come from one jitted program over the plot's grid (the blocked posterior,
+``Posterior.mean_and_variance`` with ``kernel=`` one additive term): one compilation, one
+pass over the test points per curve.
 
 Matplotlib is imported (with its non-interactive ``Agg`` backend) only when a plot is
 drawn; importing this module costs nothing.
@@ -22,15 +28,32 @@ from __future__ import annotations
 
 import io
 import sys
+from functools import partial
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from gpchol import Posterior
+from gpchol._gp.posterior import additive_terms
 from gpchol.cli.files import write_file
 from gpchol.cli.model import Model
 
 __all__ = ["plot_fit"]
+
+#: The CO2 kernel's terms shown in panels (in the order ModelSpec.build sums them); the
+#: fourth, short-term term is noise-like and left out.
+_CO2_PANELS = ("long-term trend", "seasonal cycle", "medium-term irregularities")
+
+
+@partial(jax.jit, static_argnames=("parts",))
+def _curves(post: Posterior, grid: jax.Array, parts: int) -> list[tuple[jax.Array, jax.Array]]:
+    """``(mean, variance)`` on ``grid``: of a new observation, then of the first ``parts``
+    additive terms of the kernel (one program: traced once per grid shape)."""
+    out = [post.mean_and_variance(grid, include_noise=True)]
+    for term in additive_terms(post.gp.kernel)[:parts]:
+        out.append(post.mean_and_variance(grid, kernel=term))
+    return out
 
 
 def plot_fit(
@@ -66,19 +89,40 @@ def plot_fit(
     lo, hi = float(X.min()), float(X.max())
     grid = np.linspace(lo, hi + extrapolate, 800)[:, None]
     gs = jnp.asarray(model.xs(grid), dtype)
-    mean = np.asarray(post.mean(gs)) * model.y_scale + model.y_shift
-    std = np.sqrt(np.asarray(post.variance(gs, include_noise=True))) * model.y_scale
-    fig, ax = plt.subplots(figsize=(10, 5))
+    names = _CO2_PANELS if model.spec.spec == "co2" else ()
+    curves = [tuple(np.asarray(a, np.float64) for a in c) for c in _curves(post, gs, len(names))]
+    mean = curves[0][0] * model.y_scale + model.y_shift
+    std = np.sqrt(curves[0][1]) * model.y_scale
+    fig, axes = plt.subplots(
+        1 + len(names),
+        1,
+        figsize=(10, 5 + 2.2 * len(names)),
+        sharex=True,
+        gridspec_kw={"height_ratios": [2.3] + [1.0] * len(names)},
+        squeeze=False,
+    )
+    ax = axes[0, 0]
     ax.plot(X[:, 0], model.y, ".", ms=2.5, color="k", label="data")
     ax.plot(grid[:, 0], mean, color="C0", lw=1.2, label="posterior mean")
     ax.fill_between(grid[:, 0], mean - 2 * std, mean + 2 * std, color="C0", alpha=0.3, label="±2σ")
     ax.axvline(hi, color="gray", lw=0.8, ls="--")
-    ax.set_xlabel(model.x_names[0])
     ax.set_ylabel(model.y_name)
     ax.legend(loc="upper left")
     ax.set_title(
         f"gpchol GP fit ({model.spec.spec}), extrapolated {extrapolate:.3g}{unit} beyond the data"
     )
+    for i, name in enumerate(names):
+        # the posterior of one additive component given all the data; the trend carries
+        # the data's level (the standardization shift), the others vary around zero
+        cm = curves[i + 1][0] * model.y_scale + (model.y_shift if i == 0 else 0.0)
+        cs = np.sqrt(curves[i + 1][1]) * model.y_scale
+        a = axes[i + 1, 0]
+        a.plot(grid[:, 0], cm, color=f"C{i + 1}", lw=1.0)
+        a.fill_between(grid[:, 0], cm - 2 * cs, cm + 2 * cs, color=f"C{i + 1}", alpha=0.3)
+        a.axvline(hi, color="gray", lw=0.8, ls="--")
+        a.set_ylabel(model.y_name)
+        a.set_title(f"{name} (posterior mean ±2σ)", fontsize=9, loc="left")
+    axes[-1, 0].set_xlabel(model.x_names[0])
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
