@@ -23,8 +23,8 @@ from gpchol import kernels, means
 
 RTOL = 1e-10  # relative to the largest reference value (float64, n <= 72)
 
-# (mesh shape, n, T_A, chunk_size): n = 70 and 61 are padded (N = 72, 64); 37 test points
-# make 3, 1 and 5 chunks (chunks rounded up to a multiple of Pc, the last one padded).
+# (mesh shape, n, T_A, block_size): n = 70 and 61 are padded (N = 72, 64); 37 test points
+# make 3, 1 and 5 blocks (rounded up to a multiple of Pc, the last one padded).
 # As few tiles as each mesh allows (4, 4, 8): the programs are unrolled over them.
 CASES = [((2, 4), 70, 18, 16), ((4, 2), 64, 16, None), ((1, 8), 61, 8, 8)]
 M = 37
@@ -66,7 +66,7 @@ def case(request):
     mean = means.Linear(weights=jnp.array([0.3, 1.0]), bias=-0.2)
     Xs = rng.uniform(-0.2, 2.2, (M, 2))
     k = _kernel()
-    post = gd.condition(k, k, X, y, noise=noise, mean=mean, mesh=mesh, T_A=T, chunk_size=chunk)
+    post = gd.condition(k, k, X, y, noise=noise, mean=mean, mesh=mesh, T_A=T, block_size=chunk)
     ref = _reference(k, mean, X, y, noise, Xs)
     return dict(mesh=mesh, post=post, X=X, y=y, noise=noise, Xs=Xs, ref=ref, rng=rng)
 
@@ -106,31 +106,54 @@ def test_training_inputs_and_heteroscedastic_noise(case):
         post.variance(case["Xs"], include_noise=True)
 
 
-def test_jit_and_chunk_size(case):
+def test_jit_and_block_size(case):
     """Under the caller's jit (the posterior is a pytree) and with another chunk size."""
     post, Xs = case["post"], case["Xs"]
     if post.setup.grid.Pr != 4:  # one mesh is enough (each is another compile)
         pytest.skip("checked on the 4x2 mesh")
     mu, var, _ = case["ref"]
     _close(jax.jit(lambda p, x: p.mean(x))(post, Xs), mu)
-    _close(post.variance(Xs, chunk_size=10), var)  # 10 -> 10 per chunk on Pc = 2: 4 chunks
+    m2, v2 = post.mean_and_variance(Xs, block_size=10, noise=0.01)  # 4 blocks of 10
+    _close(m2, mu)
+    _close(v2, var + 0.01)
     assert post.mean(Xs[:0]).shape == (0,)
+
+
+def test_one_additive_component(case):
+    """``kernel=part``: that component's posterior, ``k_p(Xs, X) alpha`` and
+    ``k_p(Xs, Xs) - k_p(Xs, X) K^-1 k_p(X, Xs)`` (no prior mean)."""
+    post, X, Xs = case["post"], case["X"], case["Xs"]
+    if post.setup.grid.Pr != 1:
+        pytest.skip("checked on the 1x8 mesh")
+    part = post.params.kernel2  # 0.4 * ExpSquared(1.2)
+    K = np.asarray(post.params(X, X)) + np.diag(case["noise"])
+    Kp = np.asarray(part(X, Xs))
+    alpha = np.linalg.solve(K, case["y"] - np.asarray(post.prior_mean(X)))
+    mu = Kp.T @ alpha
+    var = np.diag(np.asarray(part(Xs, Xs))) - np.sum(Kp * np.linalg.solve(K, Kp), axis=0)
+    m, v = post.mean_and_variance(Xs, kernel=part)
+    _close(m, mu)
+    _close(v, var)
 
 
 def test_bad_input(case):
     post, Xs = case["post"], case["Xs"]
     with pytest.raises(ValueError, match=r"Xs has 3 column\(s\).*have 2"):
         post.mean(np.zeros((4, 3)))
-    with pytest.raises(ValueError, match=r"noise .*shape \(37,\)"):
+    with pytest.raises(ValueError, match=r"noise \(at the test points\).* must be .*\(37,\)"):
         post.variance(Xs, noise=np.ones(36))
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        post.variance(Xs, noise=-1.0)
     bad = Xs.copy()
     bad[5, 1] = np.nan
     with pytest.raises(ValueError, match=r"Xs has NaN or inf in row\(s\) \[5\]"):
         post.variance(bad)
-    for c in (0, 2.5, True):
-        with pytest.raises(ValueError, match="chunk_size"):
-            post.mean(Xs, chunk_size=c)
-    with pytest.raises(ValueError, match=r"noise .*shape \(61,\)|noise .*shape \(64,\)|noise"):
+    with pytest.raises(ValueError, match="block_size"):
+        post.mean(Xs, block_size=0)
+    for c in (2.5, True):
+        with pytest.raises(TypeError, match="block_size"):
+            post.mean(Xs, block_size=c)
+    with pytest.raises(ValueError, match=r"noise .*must be a scalar or have shape \(\d+,\)"):
         gd.condition(_kernel(), _kernel(), case["X"], case["y"], noise=np.ones(3),
                      mesh=case["mesh"])  # fmt: skip
 

@@ -49,25 +49,23 @@ def _static_mean(mean: Any) -> bool:
     return callable(mean) and jax.tree_util.tree_leaves(mean) == [mean]
 
 
-def _check_chunk(chunk_size: object) -> int | None:
-    if chunk_size is None:
+def _check_block(block_size: object) -> int | None:
+    if block_size is None:
         return None
-    if isinstance(chunk_size, (bool, np.bool_)) or not isinstance(chunk_size, (int, np.integer)):
-        raise ValueError(
-            f"chunk_size (test points per chunk) must be a positive int or None; got "
-            f"{chunk_size!r}."
+    if isinstance(block_size, (bool, np.bool_)) or not isinstance(block_size, (int, np.integer)):
+        raise TypeError(
+            f"block_size (test points per block) must be a positive int or None; got "
+            f"{block_size!r} of type {type(block_size).__name__}."
         )
-    if chunk_size < 1:
-        raise ValueError(
-            f"chunk_size (test points per chunk) must be a positive int; got {chunk_size}."
-        )
-    return int(chunk_size)
+    if block_size < 1:
+        raise ValueError(f"block_size (test points per block) must be >= 1; got {block_size}.")
+    return int(block_size)
 
 
-def default_chunk(n: int, P_: int) -> int:
-    """Test points per chunk by default: ``n / P`` clipped to ``[128, 2048]``.
+def default_block(n: int, P_: int) -> int:
+    """Test points per block by default: ``n / P`` clipped to ``[128, 2048]``.
 
-    A chunk's replicated ``V`` (``n x chunk``) is then at most about one local block of
+    A block's replicated ``V`` (``n x block``) is then at most about one local block of
     the factor (``n^2 / P``) for ``n / P >= 128``.
     """
     return min(2048, max(128, -(-n // P_)))
@@ -115,7 +113,7 @@ class ShardedPosterior:
         log_marginal_likelihood: jax.Array,
         status: jax.Array,
         jitter_used: jax.Array,
-        chunk_size: int | None,
+        block_size: int | None,
     ) -> None:
         self.setup = setup
         self.params = params
@@ -127,7 +125,7 @@ class ShardedPosterior:
         self.log_marginal_likelihood = log_marginal_likelihood
         self.status = status
         self.jitter_used = jitter_used
-        self.chunk_size = chunk_size
+        self.block_size = block_size
 
     def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         static = _static_mean(self.prior_mean)
@@ -142,7 +140,7 @@ class ShardedPosterior:
             self.status,
             self.jitter_used,
         )
-        aux = (self.setup, self.chunk_size, self.prior_mean if static else None, static)
+        aux = (self.setup, self.block_size, self.prior_mean if static else None, static)
         return children, aux
 
     @classmethod
@@ -158,7 +156,7 @@ class ShardedPosterior:
         g = self.setup.grid
         return (
             f"ShardedPosterior(n={self.setup.n}, grid={g.Pr}x{g.Pc}, T_A={g.T}, "
-            f"chunk_size={self.chunk_size})"
+            f"block_size={self.block_size})"
         )
 
     # ------------------------------------------------------------------------ inputs
@@ -182,78 +180,129 @@ class ShardedPosterior:
                 )
         return Xs.astype(self.X.dtype)
 
-    def _chunk(self, m: int, chunk_size: object) -> int:
-        c = _check_chunk(chunk_size)
-        if c is None:
-            c = self.chunk_size
+    def _block(self, m: int, block_size: object) -> int:
+        b = _check_block(block_size)
+        if b is None:
+            b = self.block_size
         g = self.setup.grid
-        if c is None:
-            c = default_chunk(self.setup.n, g.Pr * g.Pc)
-        c = max(1, min(c, m))
-        return -(-c // g.Pc) * g.Pc
+        if b is None:
+            b = default_block(self.setup.n, g.Pr * g.Pc)
+        b = max(1, min(b, m))
+        return -(-b // g.Pc) * g.Pc
 
-    def _run(self, Xs: jax.Array, chunk_size: object, want_var: bool) -> jax.Array:
-        m = Xs.shape[0]
+    def _test_noise(
+        self, noise: ArrayLike | None, include_noise: bool, m: int, training: bool
+    ) -> jax.Array:
+        """The observation-noise variance added at the test points, ``(m,)``."""
+        dtype = self.X.dtype
+        if noise is None:
+            if not include_noise:
+                return jnp.zeros((m,), dtype)
+            tn = jnp.asarray(self.noise, dtype)
+            if tn.ndim == 1 and tn.shape[0] != 1 and not training:
+                raise ValueError(
+                    "include_noise=True with per-point (heteroscedastic) training noise needs "
+                    f"the test points' own noise: pass noise=<scalar or ({m},) array>, or "
+                    "Xs=None for the training inputs."
+                )
+            return jnp.broadcast_to(tn.reshape(-1)[0] if tn.shape == (1,) else tn, (m,))
+        v = noise_vector(noise, m, dtype, "noise (at the test points)")
+        if is_concrete(v) and (not np.all(np.isfinite(np.asarray(v))) or np.any(v < 0)):
+            raise ValueError(
+                "noise (the test points' observation-noise variance) must be finite and >= 0."
+            )
+        return v
+
+    def _predict(
+        self, Xs: ArrayLike | None, kernel: Any, block_size: object, want_var: bool
+    ) -> tuple[jax.Array, jax.Array | None]:
+        """``(mean, latent variance or None)`` at ``Xs``; ``kernel``: a component's params."""
+        x = self._Xs(Xs)
+        m = x.shape[0]
+        whole = kernel is None
+        prior = _mean_at(self.prior_mean, x) if whole else jnp.zeros((m,), x.dtype)
         if m == 0:
-            return jnp.zeros((0,), self.X.dtype)
-        mb = self._chunk(m, chunk_size)
+            return prior, (prior if want_var else None)
+        mb = self._block(m, block_size)
         M = -(-m // mb) * mb
-        Xp = jnp.pad(Xs, ((0, M - m), (0, 0)), mode="edge").reshape(M // mb, mb, -1)
-        out = _predict_jitted(self.setup, mb, want_var)(self.params, self.X, self.L, self.alpha, Xp)
-        return out.reshape(M)[:m]
+        Xp = jnp.pad(x, ((0, M - m), (0, 0)), mode="edge").reshape(M // mb, mb, -1)
+        params = self.params if whole else kernel
+        out = _predict_jitted(self.setup, mb, want_var)(params, self.X, self.L, self.alpha, Xp)
+        mu = out[0].reshape(M)[:m] + prior
+        if not want_var:
+            return mu, None
+        return mu, jnp.maximum(out[1].reshape(M)[:m], 0.0)
 
     # ------------------------------------------------------------------- predictions
-    def mean(self, Xs: ArrayLike | None = None, *, chunk_size: int | None = None) -> jax.Array:
+    def mean(
+        self, Xs: ArrayLike | None = None, *, kernel: Any = None, block_size: int | None = None
+    ) -> jax.Array:
         """Posterior mean of the latent function, ``m(Xs) + k(Xs, X) alpha``.
 
         Args:
             Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-            chunk_size: test points per chunk (default: the posterior's).
+            kernel: ``None`` (the whole model), or the parameters of one additive part of
+                the covariance (for a gpchol kernel: the part itself), read by the same
+                block-building function: then ``k_part(Xs, X) alpha``, that component's
+                posterior mean (no prior mean added). That it is a part of the model is
+                the caller's to check (this layer knows no kernels).
+            block_size: test points per block (default: the posterior's).
 
         Returns:
             ``(m,)`` means, replicated.
         """
-        Xs = self._Xs(Xs)
-        mu = self._run(Xs, chunk_size, want_var=False)
-        return mu + _mean_at(self.prior_mean, Xs)
+        return self._predict(Xs, kernel, block_size, want_var=False)[0]
+
+    def mean_and_variance(
+        self,
+        Xs: ArrayLike | None = None,
+        *,
+        kernel: Any = None,
+        include_noise: bool = False,
+        noise: ArrayLike | None = None,
+        block_size: int | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        """Posterior mean and marginal variance in one pass (one ``k(X, Xs)`` per block).
+
+        Args:
+            Xs, kernel, block_size: as for :meth:`mean`.
+            include_noise, noise: as for :meth:`variance`.
+
+        Returns:
+            ``(mean, variance)``, each ``(m,)``, replicated.
+        """
+        training = Xs is None
+        mu, var = self._predict(Xs, kernel, block_size, want_var=True)
+        assert var is not None  # want_var
+        return mu, var + self._test_noise(noise, include_noise, mu.shape[0], training)
 
     def variance(
         self,
         Xs: ArrayLike | None = None,
         *,
+        kernel: Any = None,
         include_noise: bool = False,
         noise: ArrayLike | None = None,
-        chunk_size: int | None = None,
+        block_size: int | None = None,
     ) -> jax.Array:
         """Posterior marginal variance at each test input, ``k(x, x) - v^T v``.
 
         Args:
             Xs: ``(m, d)`` test inputs (``None``: the training inputs).
+            kernel: as for :meth:`mean` (the variance of that component given ``y``).
             include_noise: add the observation-noise variance (the predictive variance of
-                ``y``): ``noise`` if given, else the training noise when it is a scalar
-                (or when ``Xs`` is ``None``).
-            noise: the test points' noise variance, a scalar or ``(m,)``; implies
+                ``y``): the training noise when it is a scalar, or when ``Xs`` is
+                ``None``; with per-point training noise and new inputs, pass ``noise``.
+            noise: the test points' own noise variance, a scalar or ``(m,)``; implies
                 ``include_noise``.
-            chunk_size: test points per chunk (default: the posterior's).
+            block_size: test points per block (default: the posterior's).
 
         Returns:
-            ``(m,)`` variances (clipped at 0 before any noise is added), replicated.
+            ``(m,)`` variances (the latent part clipped at 0), replicated.
         """
-        is_train = Xs is None
-        Xs = self._Xs(Xs)
-        m = Xs.shape[0]
-        var = jnp.maximum(self._run(Xs, chunk_size, want_var=True), 0.0)
-        if noise is not None:
-            return var + noise_vector(noise, m, var.dtype, "noise")
-        if include_noise:
-            tn = jnp.asarray(self.noise, var.dtype)
-            if tn.ndim == 1 and tn.shape[0] != 1 and not is_train:
-                raise ValueError(
-                    "include_noise=True with per-point (heteroscedastic) training noise needs "
-                    f"the test points' noise: pass noise=<scalar or ({m},) array>, or Xs=None."
-                )
-            var = var + (tn if tn.ndim == 0 else jnp.broadcast_to(tn, (m,)))
-        return var
+        return self.mean_and_variance(
+            Xs, kernel=kernel, include_noise=include_noise, noise=noise, block_size=block_size
+        )[1]
 
 
 def _mean_at(mean: Any, Xs: jax.Array) -> jax.Array:
@@ -286,10 +335,11 @@ def _predict_body(
     L: jax.Array,
     alpha: jax.Array,
     Xs: jax.Array,
-) -> jax.Array:
-    """Per device: its tiles of ``K_*`` for each chunk, then ``K_*^T alpha`` or ``sigma^2``.
+) -> tuple[jax.Array, ...]:
+    """Per device: its tiles of ``K_*`` for each chunk, then ``K_*^T alpha`` (and
+    ``diag k(Xs, Xs) - colsum(V * V)`` with ``want_var``).
 
-    ``Xs``: replicated ``(chunks, mb, d)``; returns replicated ``(chunks, mb)``.
+    ``Xs``: replicated ``(chunks, mb, d)``; returns replicated ``(chunks, mb)`` arrays.
     """
     g = s.grid
     pr, pc = _local.coords(g)
@@ -306,32 +356,35 @@ def _predict_body(
         Ks = kernel_block(s, params, Xr, Xmine)
         return jnp.where(real, Ks, jnp.zeros((), Ks.dtype))
 
-    def chunk(Xc: jax.Array) -> jax.Array:
+    def chunk(Xc: jax.Array) -> tuple[jax.Array, ...]:
         Ks = own_tiles(Xc)
+        part = lax.dynamic_update_slice(jnp.zeros((mb,), Ks.dtype), Ks.T @ a_r, (pc * mbc,))
+        mu = _local.psum(part, g.axes)
         if not want_var:
-            part = lax.dynamic_update_slice(jnp.zeros((mb,), Ks.dtype), Ks.T @ a_r, (pc * mbc,))
-            return _local.psum(part, g.axes)
+            return (mu,)
         B = lax.dynamic_update_slice(jnp.zeros((Ks.shape[0], mb), Ks.dtype), Ks, (0 * pc, pc * mbc))
         V = _local.trsv_lower_local(g, L, B, D, local_rows=True)
         kss = jax.vmap(lambda x: kernel_block(s, params, x[None], x[None])[0, 0])(Xc)
-        return kss - jnp.sum(V * V, axis=0)
+        return mu, kss - jnp.sum(V * V, axis=0)
 
     return lax.map(chunk, Xs)
 
 
 @functools.lru_cache(maxsize=64)
-def _predict_jitted(s: Setup, mb: int, want_var: bool) -> Callable[..., jax.Array]:
+def _predict_jitted(s: Setup, mb: int, want_var: bool) -> Callable[..., tuple[jax.Array, ...]]:
     """The jitted prediction for one static set-up and chunk (compiled once per shapes)."""
     body = functools.partial(_predict_body, s, mb, want_var)
     smap = jax.shard_map(
         body,
         mesh=s.mesh,
         in_specs=(P(), P(), s.spec, P(), P()),
-        out_specs=P(),
+        out_specs=(P(), P()) if want_var else (P(),),
         check_vma=False,
     )
 
-    def run(params: Any, X: jax.Array, L: jax.Array, alpha: jax.Array, Xs: jax.Array) -> jax.Array:
+    def run(
+        params: Any, X: jax.Array, L: jax.Array, alpha: jax.Array, Xs: jax.Array
+    ) -> tuple[jax.Array, ...]:
         L = _api.place_traced(L, s.mesh, s.spec)
         X, alpha, Xs = (_api.replicated(v, s.mesh) for v in (X, alpha, Xs))
         return smap(params, X, L, alpha, Xs)
@@ -356,7 +409,7 @@ def condition(
     jitter: float | None = None,
     T_A: int | None = None,
     axes: tuple[str | None, str | None] | None = None,
-    chunk_size: int | None = None,
+    block_size: int | None = None,
     check: bool = False,
 ) -> ShardedPosterior:
     r"""Condition a GP on ``y`` across a mesh; the factor is kept in its sharded tiles.
@@ -383,7 +436,7 @@ def condition(
             ``variance(include_noise=True)``).
         T_A: tile size (default as for the likelihood).
         axes: optional ``(row_axis, col_axis)`` names.
-        chunk_size: test points per chunk of the predictions (rounded up to a multiple
+        block_size: test points per block of the predictions (rounded up to a multiple
             of the process-column count); default ``n / P`` clipped to ``[128, 2048]``.
         check: raise :class:`gpchol.NotPositiveDefiniteError` when the factorization
             fails (needs concrete values, outside ``jit``); without it the predictions
@@ -406,7 +459,7 @@ def condition(
         isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not jitter >= 0
     ):
         raise ValueError(f"jitter must be a float >= 0 or None; got {jitter!r}.")
-    chunk_size = _check_chunk(chunk_size)
+    block_size = _check_block(block_size)
     Xa = as_inputs(X)
     noise_arr = jnp.asarray(noise, Xa.dtype)
     s, Xa, r, noise_v = prepare(kernel_fn, Xa, y, noise_arr, mean, mesh, T_A, axes)
@@ -437,5 +490,5 @@ def condition(
         value,
         status,
         jnp.asarray(extra, Xa.dtype),
-        chunk_size,
+        block_size,
     )
