@@ -338,7 +338,7 @@ def test_bad_input_errors():
     with pytest.raises(ValueError, match="same number of outputs"):
         MultiOutputGP([k, k], [c, Coregionalization(np.ones((3, 1)))], X, noise=0.1)
     with pytest.raises(TypeError, match="kernel must be a gpchol kernel"):
-        MultiOutputGP(lambda a, b: a, c, X, noise=0.1)
+        MultiOutputGP("ExpSquared", c, X, noise=0.1)
     with pytest.raises(ValueError, match="kronecker=True needs one latent kernel"):
         MultiOutputGP(k, c, X, noise=0.1, mask=np.eye(4, 2, dtype=bool), kronecker=True)
     with pytest.raises(ValueError, match="Xs has 2 column"):

@@ -54,7 +54,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -78,7 +80,7 @@ from gpchol._linalg.gaussian import (
 )
 from gpchol._linalg.inverse import inverse_from_factor
 from gpchol._routing import cholesky_with_status
-from gpchol.kernels import Kernel
+from gpchol.kernels import Kernel, as_kernel
 
 __all__ = ["Coregionalization", "MultiOutputGP", "MultiOutputPosterior"]
 
@@ -177,7 +179,7 @@ class Coregionalization:
             >>> print(t.W, t.kappa)
             None Positive(lower=0.0)
         """
-        obj = object.__new__(type(self))
+        obj: Any = object.__new__(type(self))
         obj.W, obj.kappa = None, Positive()
         return obj
 
@@ -201,6 +203,11 @@ def _as_tuple(x: Any, kind: type) -> tuple[Any, ...]:
     if isinstance(x, (list, tuple)):
         return tuple(x)
     return (x,)
+
+
+def _sum(terms: Iterable[jax.Array]) -> jax.Array:
+    """The sum of a non-empty sequence of arrays (one term per latent kernel)."""
+    return functools.reduce(operator.add, terms)
 
 
 def _first_success(
@@ -297,7 +304,8 @@ class MultiOutputGP:
 
     Args:
         kernel: a :class:`gpchol.kernels.Kernel` (ICM) or a sequence of ``Q`` of them
-            (LMC), the latent kernels ``k_q``.
+            (LMC), the latent kernels ``k_q``; a function ``f(x1, x2) -> scalar`` of one
+            pair of points is wrapped by :func:`gpchol.kernels.as_kernel`.
         coregionalization: a :class:`Coregionalization` or a sequence of ``Q`` of them
             (one per kernel), all over the same ``p`` outputs.
         X: ``(n, d)`` inputs shared by the outputs (``(n,)`` is read as ``(n, 1)``).
@@ -352,14 +360,9 @@ class MultiOutputGP:
         tile_size: int | None = None,
         kronecker: bool | str = "auto",
     ) -> None:
-        ks = _as_tuple(kernel, Kernel)
+        # a function f(x1, x2) -> scalar is wrapped as GaussianProcess does; else TypeError
+        ks = tuple(as_kernel(k) for k in _as_tuple(kernel, Kernel))
         cs = _as_tuple(coregionalization, Coregionalization)
-        for k in ks:
-            if not isinstance(k, Kernel):
-                raise TypeError(
-                    "kernel must be a gpchol kernel (gpchol.kernels.*) or a sequence of them; "
-                    f"got {type(k).__name__}."
-                )
         for c in cs:
             if not isinstance(c, Coregionalization):
                 raise TypeError(
@@ -488,7 +491,7 @@ class MultiOutputGP:
 
         ``sum_q kron(B_q, k_q(X, X)) + kron(diag(noise), I_n)``.
         """
-        K = sum(
+        K = _sum(
             jnp.kron(c.matrix(), k(self.X, self.X))
             for k, c in zip(self.kernels, self.coregionalizations, strict=True)
         )
@@ -564,7 +567,8 @@ class MultiOutputGP:
             Kx = self.kernels[0](self.X, self.X).astype(dtype)
             be, nb = self._rule_parts(self.n, dtype)
             noise = self.noise.astype(dtype)
-            return _first_success(lambda j: _kron_loglik(B, Kx, noise + j, R, be, nb), schedule)
+            out = _first_success(lambda j: _kron_loglik(B, Kx, noise + j, R, be, nb), schedule)
+            return out[0], out[1]
         K, obs = self._masked_dense(dtype)
         r = R.T.reshape(-1)
         be, nb = self._rule_parts(K.shape[0], dtype)
@@ -768,7 +772,7 @@ class MultiOutputPosterior:
         dtype = Xs.dtype
         X = self.gp.X.astype(dtype)
         gp = self.gp
-        prior = sum(
+        prior = _sum(
             k.diag(Xs)[:, None] * jnp.diagonal(c.matrix()).astype(dtype)[None, :]
             for k, c in zip(gp.kernels, gp.coregionalizations, strict=True)
         )
@@ -780,7 +784,7 @@ class MultiOutputPosterior:
             quad = jnp.sum(V * V, axis=1).T @ ((B @ self.P) ** 2).T  # (m, p)
         else:
             obs = gp.observed().T.reshape(-1)
-            Ks = sum(
+            Ks = _sum(
                 jnp.kron(c.matrix().astype(dtype), k(X, Xs))
                 for k, c in zip(gp.kernels, gp.coregionalizations, strict=True)
             )  # (np, pm)
