@@ -100,20 +100,21 @@ def test_training_inputs_and_heteroscedastic_noise(case):
     k = _kernel()
     mean = post.prior_mean
     mu, var, _ = _reference(k, mean, X, case["y"], noise, X)
-    _close(post.mean(), mu)
-    _close(post.variance(include_noise=True), var + noise)  # Xs=None: the training noise
+    m, v = post.mean_and_variance(include_noise=True)  # Xs=None: the training noise
+    _close(m, mu)
+    _close(v, var + noise)
     with pytest.raises(ValueError, match="noise=<scalar or"):
         post.variance(case["Xs"], include_noise=True)
 
 
 def test_jit_and_block_size(case):
-    """Under the caller's jit (the posterior is a pytree) and with another chunk size."""
+    """Under the caller's jit (the posterior is a pytree) and with another block size."""
     post, Xs = case["post"], case["Xs"]
     if post.setup.grid.Pr != 4:  # one mesh is enough (each is another compile)
         pytest.skip("checked on the 4x2 mesh")
     mu, var, _ = case["ref"]
-    _close(jax.jit(lambda p, x: p.mean(x))(post, Xs), mu)
-    m2, v2 = post.mean_and_variance(Xs, block_size=10, noise=0.01)  # 4 blocks of 10
+    f = jax.jit(lambda p, x: p.mean_and_variance(x, block_size=10, noise=0.01))
+    m2, v2 = f(post, Xs)  # 4 blocks of 10
     _close(m2, mu)
     _close(v2, var + 0.01)
     assert post.mean(Xs[:0]).shape == (0,)
@@ -184,17 +185,19 @@ def test_hlo_collectives_move_at_most_one_tile_row(case):
         assert max(sizes) <= T * max(mb, T), (max(sizes), T, mb)
 
 
-def test_failed_factorization_status_nan_and_check():
-    mesh = jax.make_mesh((2, 2), ("r", "c"))
-    n = 16
-    X = np.linspace(0.0, 1.0, n)[:, None]
-    noise = np.full(n, 0.1)
-    noise[9] = -5.0  # K_99 < 0: the 10th pivot fails
-    k = kernels.ExpSquared(0.3)
-    post = gd.condition(k, k, X, np.zeros(n), noise=noise, mesh=mesh, T_A=8)
+def test_failed_factorization_status_nan_and_check(case):
+    """A covariance that is not positive definite: status, NaN predictions, or the error
+    with ``check=True`` (the same shapes as the 4x2 case: no new compile)."""
+    if case["post"].setup.grid.Pr != 4:
+        pytest.skip("checked on the 4x2 mesh")
+    X, y, Xs, mesh = case["X"], case["y"], case["Xs"], case["mesh"]
+    noise = case["noise"].copy()
+    noise[9] = -50.0  # K_99 < 0: the 10th pivot fails
+    k, mean, T = _kernel(), case["post"].prior_mean, case["post"].setup.grid.T
+    post = gd.condition(k, k, X, y, noise=noise, mean=mean, mesh=mesh, T_A=T)
     assert int(post.status) == 10
-    assert np.all(np.isnan(np.asarray(post.mean(X[:3]))))
+    assert np.all(np.isnan(np.asarray(post.variance(Xs))))
     assert np.isnan(float(post.log_marginal_likelihood))
     with pytest.raises(gpchol.NotPositiveDefiniteError, match="pivot 10") as err:
-        gd.condition(k, k, X, np.zeros(n), noise=noise, mesh=mesh, T_A=8, check=True)
+        gd.condition(k, k, X, y, noise=noise, mean=mean, mesh=mesh, T_A=T, check=True)
     assert err.value.pivot == 10

@@ -474,9 +474,18 @@ def trsv_lower_local(
             rhs = b[k * T : (k + 1) * T]
         if e:
             row = _after(L[li * T : (li + 1) * T, : e * T], xs[k - 1])
-            row = jnp.where(pr == k % g.Pr, row, 0.0)
             xl = jnp.take(xs, jnp.arange(e) * g.Pc + pc, axis=0).reshape(e * T, -1)
-            part = -(row @ xl).astype(b.dtype)
+            if local_rows:
+                # many right-hand sides: only the owning process row multiplies
+                part = lax.cond(
+                    pr == k % g.Pr,
+                    lambda r, x: -(r @ x).astype(b.dtype),
+                    lambda r, x: jnp.zeros((T, x.shape[-1]), b.dtype),
+                    row,
+                    xl,
+                )
+            else:
+                part = -(jnp.where(pr == k % g.Pr, row, 0.0) @ xl).astype(b.dtype)
             share = part if share is None else share + part
         if share is not None:
             total = psum(share, g.axes)
