@@ -21,17 +21,21 @@ Errors in the user's input are reported as one line on stderr with a non-zero ex
 status, never as a traceback (argument errors included); warnings are one line each.
 Every output path is checked before the work starts; a large fit prints its memory and
 time estimate first and is refused (naming ``--no-memory-check``) when it cannot fit in
-the machine's memory. Ctrl-C prints ``gpchol: interrupted`` and exits with status 130
-(a fit first commits its checkpoint between two steps; a computation that does not end
-within two seconds is cut short, :mod:`~gpchol.cli.interrupt`); ``SIGTERM`` likewise
-gives ``gpchol: terminated`` and 143. Files are written atomically with the user's umask.
+the machine's memory. The program keeps JAX's compiled programs in a persistent cache
+(``~/.cache/gpchol/jax``; ``--cache-dir DIR``, ``--no-cache`` or ``GPCHOL_CACHE_DIR``,
+:mod:`~gpchol.cli.cache`), so a second run starts at once. Ctrl-C prints ``gpchol:
+interrupted`` and exits with status 130 (a fit first commits its checkpoint between two
+steps; a computation that does not end within two seconds is cut short,
+:mod:`~gpchol.cli.interrupt`); ``SIGTERM`` likewise gives ``gpchol: terminated`` and 143.
+Files are written atomically with the user's umask.
 
 Modules: :mod:`~gpchol.cli.parsing` (arguments), :mod:`~gpchol.cli.commands` (the
 subcommands), :mod:`~gpchol.cli.csvio` (CSV files), :mod:`~gpchol.cli.model` (the model
 and its JSON file), :mod:`~gpchol.cli.plotting` (the plot; matplotlib only when drawn),
 :mod:`~gpchol.cli.spec` (the kernel SPEC language), :mod:`~gpchol.cli.files` (output
 paths and atomic writes), :mod:`~gpchol.cli.resources` (memory and time estimates),
-:mod:`~gpchol.cli.interrupt` (Ctrl-C during long computations), :mod:`~gpchol.cli.errors`.
+:mod:`~gpchol.cli.interrupt` (Ctrl-C during long computations), :mod:`~gpchol.cli.errors`,
+:mod:`~gpchol.cli.cache` (the compilation cache and the compile clock).
 
 Example:
     >>> from gpchol.cli import main
@@ -50,6 +54,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import TextIO
 
+from gpchol.cli.cache import compilation_cache, resolve_cache_dir
 from gpchol.cli.commands import COMMANDS
 from gpchol.cli.errors import CLIError, one_line
 from gpchol.cli.interrupt import GRACE_SECONDS, InterruptWatch, exit_status
@@ -138,7 +143,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # within GRACE_SECONDS of Ctrl-C is cut short by ending the process; called from
     # Python with an argument list, the caller's process is never ended.
     grace = GRACE_SECONDS if argv is None else None
-    with InterruptWatch(grace, note=_resume_note(args)) as watch, _one_line_warnings():
+    # JAX's persistent compilation cache: the program's default, from Python only when
+    # asked for (gpchol.cli.cache); set here, at run time, never at import.
+    cache_dir = resolve_cache_dir(
+        getattr(args, "cache_dir", None),
+        no_cache=getattr(args, "no_cache", True),
+        program=argv is None,
+    )
+    with (
+        InterruptWatch(grace, note=_resume_note(args)) as watch,
+        _one_line_warnings(),
+        compilation_cache(cache_dir),
+    ):
         try:
             return COMMANDS[args.command](args)
         except KeyboardInterrupt as e:

@@ -31,6 +31,7 @@ import numpy as np
 import gpchol
 from gpchol import FitResult
 from gpchol._cuda.ffi import cuda_unavailable_reason
+from gpchol.cli.cache import CompileClock
 from gpchol.cli.csvio import format_predictions, read_csv
 from gpchol.cli.errors import CLIError
 from gpchol.cli.files import check_output, write_file
@@ -348,9 +349,16 @@ def run_fit(args: argparse.Namespace) -> int:
         evals=f"{per_step}, up to {args.steps} steps",
         override=args.no_memory_check,
     )
-    result, params, lml = _fit_model(model, args, dtype)
+    with CompileClock() as clock:
+        result, params, lml = _fit_model(model, args, dtype)
     print(f"{result.message}")
-    print(f"log marginal likelihood: {lml:.4f}  ({result.n_steps} steps)")
+    compiling = clock.seconds
+    stepping = max(clock.wall - compiling, 0.0)
+    per_step = f", {1e3 * stepping / result.n_steps:.1f} ms/step" if result.n_steps else ""
+    print(
+        f"log marginal likelihood: {lml:.4f}  ({result.n_steps} steps; compile "
+        f"{compiling:.1f} s, steps {stepping:.1f} s{per_step})"
+    )
     _print_params(model, params)
     if png is not None:
         from gpchol.cli.plotting import plot_fit
@@ -364,6 +372,8 @@ def run_fit(args: argparse.Namespace) -> int:
         "dtype": np.dtype(dtype).name,
         "source": source,
         "seconds": round(time.perf_counter() - t_start, 2),
+        "compile_seconds": round(compiling, 2),
+        "step_seconds": round(stepping, 2),
     }
     text = json.dumps(model.to_json(params, lml, result, info), indent=2) + "\n"
     write_file(out, text.encode())

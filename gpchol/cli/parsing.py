@@ -71,6 +71,16 @@ def _add_memory_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_cache_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        default=None,
+        help="JAX compilation cache (default $GPCHOL_CACHE_DIR, else ~/.cache/gpchol/jax)",
+    )
+    p.add_argument("--no-cache", action="store_true", help="no compilation cache")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser; ``args.command`` is the subcommand's name (``None`` without one)."""
     parser = _Parser(
@@ -132,6 +142,7 @@ def _add_fit(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-plot", action="store_true", help="do not write the PNG plot")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     _add_memory_flag(p)
+    _add_cache_flags(p)
 
 
 def _add_predict(sub: argparse._SubParsersAction) -> None:
@@ -146,3 +157,4 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="FILE", help="output CSV (default: stdout)")
     p.add_argument("--dropna", action="store_true", help="drop rows with NaN/inf/missing")
     _add_memory_flag(p)
+    _add_cache_flags(p)

@@ -1,0 +1,171 @@
+"""Start-up: the command line's compilation cache, the compile clock, one compiled step
+per fit, and no heavy optional module imported by ``import gpchol``.
+
+The commands run in-process through :func:`gpchol.cli.main` on a 30-row CSV (a few
+steps), so each takes about a second on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gpchol
+from gpchol import kernels
+from gpchol.cli import main
+from gpchol.cli.cache import ENV_VAR, CompileClock, compilation_cache, resolve_cache_dir
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    "option, no_cache, env, program, expected",
+    [
+        (None, False, {}, True, "HOME/.cache/gpchol/jax"),
+        (None, False, {"XDG_CACHE_HOME": "/x"}, True, "/x/gpchol/jax"),
+        (None, False, {}, False, None),  # from Python: only when asked for
+        (None, True, {}, True, None),
+        ("/d", True, {}, True, None),  # --no-cache wins
+        ("/d", False, {ENV_VAR: "/e"}, False, "/d"),  # the option wins over the variable
+        (None, False, {ENV_VAR: "/e"}, True, "/e"),
+        (None, False, {ENV_VAR: "/e"}, False, "/e"),
+        (None, False, {ENV_VAR: "off"}, True, None),
+        (None, False, {ENV_VAR: ""}, True, None),
+        (None, False, {ENV_VAR: " OFF "}, True, None),
+        ("", False, {}, True, None),
+    ],
+)
+def test_resolve_cache_dir(option, no_cache, env, program, expected) -> None:
+    got = resolve_cache_dir(option, no_cache=no_cache, environ=env, program=program)
+    if expected is not None and expected.startswith("HOME"):
+        expected = os.path.join(os.path.expanduser("~"), expected[5:])
+    assert got == expected
+
+
+@pytest.fixture
+def small_csv(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    x = np.linspace(0.0, 5.0, 30)
+    rows = "".join(f"{float(a)!r},{float(b)!r}\n" for a, b in zip(x, np.sin(x), strict=True))
+    (tmp_path / "d.csv").write_text("x,y\n" + rows)
+    return tmp_path
+
+
+FIT = ["fit", "--csv", "d.csv", "--x", "x", "--y", "y", "--steps", "3", "--no-plot", "--quiet"]
+
+
+def test_fit_fills_the_cache_and_restores_jax(small_csv, capsys) -> None:
+    cache = small_csv / "cache"
+    keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    before = {k: getattr(jax.config, k) for k in keys}
+    rc = main([*FIT, "--cache-dir", str(cache)])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "warning" not in err
+    assert len(os.listdir(cache)) > 0  # the fit's programs were written
+    assert not [p for p in os.listdir(cache) if p.startswith(".gpchol-probe-")]
+    # JAX's settings are as before the command (a library call leaves no global state)
+    assert {k: getattr(jax.config, k) for k in keys} == before
+    # compile time and step time apart in the summary line
+    line = next(x for x in out.splitlines() if x.startswith("log marginal likelihood"))
+    assert "compile" in line and "steps" in line and "ms/step" in line
+
+
+def test_unwritable_cache_dir_warns_once_and_fits(small_csv, capsys) -> None:
+    (small_csv / "file").write_text("not a directory")
+    rc = main([*FIT, "--cache-dir", str(small_csv / "file" / "sub")])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    warnings = [x for x in err.splitlines() if x.startswith("gpchol: warning:")]
+    assert len(warnings) == 1, err
+    assert "cache" in warnings[0] and "--no-cache" in warnings[0]
+    assert "Traceback" not in err
+    assert os.path.exists("gpchol-fit.json")
+
+
+def test_no_cache_and_env_off(small_csv, capsys, monkeypatch) -> None:
+    monkeypatch.setenv(ENV_VAR, str(small_csv / "envcache"))
+    assert main([*FIT, "--no-cache"]) == 0
+    assert not os.path.exists(small_csv / "envcache")
+    monkeypatch.setenv(ENV_VAR, "off")
+    assert main(FIT) == 0
+    capsys.readouterr()
+
+
+def test_compilation_cache_keeps_a_callers_own_cache(tmp_path) -> None:
+    old = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path / "mine"))
+    try:
+        with compilation_cache(str(tmp_path / "other")) as used:
+            assert used is None
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "mine")
+    finally:
+        jax.config.update("jax_compilation_cache_dir", old)
+    assert not os.path.exists(tmp_path / "other")
+
+
+def test_compile_clock_counts_compiles_not_runs() -> None:
+    f = jax.jit(lambda x: jnp.sin(x) @ jnp.cos(x).T)
+    x = jnp.ones((50, 50))
+    with CompileClock() as first:
+        f(x).block_until_ready()
+    with CompileClock() as again:
+        for _ in range(3):
+            f(x).block_until_ready()
+    assert 0.0 < first.seconds <= first.wall
+    assert again.seconds == 0.0 and again.wall > 0.0
+
+
+def _backend_compiles(run) -> list[str]:
+    names: list[str] = []
+
+    def listen(event: str, secs: float, **kw: object) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            names.append(str(kw.get("fun_name")))
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        run()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    return names
+
+
+@pytest.mark.parametrize("optimizer", ["lbfgs", "adam"])
+def test_one_compiled_step_across_restarts(rng, optimizer) -> None:
+    X = jnp.asarray(rng.uniform(0, 5, (20, 1)))
+    y = jnp.asarray(np.sin(np.asarray(X[:, 0])))
+
+    def build(p):
+        return gpchol.GaussianProcess(
+            p["amp"] * kernels.ExpSquared(lengthscale=p["ell"]), X, noise=p["noise"]
+        )
+
+    p0 = {"amp": 1.0, "ell": 1.0, "noise": 0.1}
+    names = _backend_compiles(
+        lambda: gpchol.fit(build, p0, y, optimizer=optimizer, steps=3, restarts=2, progress=False)
+    )
+    # the step is compiled once for all three starts (no retrace between restarts)
+    assert names.count("jit(step)") == 1, names
+
+
+def test_import_loads_no_heavy_optional_module() -> None:
+    code = (
+        "import sys, gpchol, gpchol.cli\n"
+        "heavy = ('matplotlib', 'numpyro', 'scipy', 'sklearn', 'tinygp', 'pandas')\n"
+        "print(','.join(m for m in heavy if m in sys.modules))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "", f"imported at `import gpchol`: {p.stdout.strip()}"
