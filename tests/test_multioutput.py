@@ -285,10 +285,11 @@ def test_fit(rng):
     assert np.max(np.abs(grads)) < 1e-3, grads
 
 
+@pytest.mark.slow
 def test_sharded_dense_matches_one_device(rng):
     """X on a 2x2 mesh of the simulated CPU devices: the dense np x np covariance is
     factored by gpchol.distributed (n p = 42 padded to 44), value and gradient as on one
-    device to 1e-10."""
+    device to 1e-10; the posterior replicates X and matches too."""
     X, y, mask, prm, names = make_problem(rng, 14, 3, (2, 1), ("expsq", "matern32"), 0.2)
     mesh = jax.make_mesh((2, 2), ("r", "c"))
     Xd = jax.device_put(X, NamedSharding(mesh, P("r")))
@@ -298,9 +299,18 @@ def test_sharded_dense_matches_one_device(rng):
 
     assert not build(prm, names, Xd, mask=mask).uses_kronecker
     ref = np_reference(prm, names, X, y, mask, X[:1])[0]
-    one, g1 = jax.jit(jax.value_and_grad(lml))(prm, X)
+
+    Xs = rng.uniform(0.0, 3.0, (3, 2))
+
+    @jax.jit
+    def run(prm, X):
+        value, grad = jax.value_and_grad(lml)(prm, X)
+        return value, grad, build(prm, names, X, mask=mask).condition(y).mean(Xs)
+
+    one, g1, m1 = run(prm, X)
     with jax.set_mesh(mesh):
-        value, g = jax.jit(jax.value_and_grad(lml))(prm, Xd)
+        value, g, m = run(prm, Xd)
+    np.testing.assert_allclose(m, m1, atol=1e-10, rtol=0)  # the posterior: on one device
     np.testing.assert_allclose(float(one), ref, rtol=1e-10)
     np.testing.assert_allclose(float(value), float(one), rtol=1e-10, atol=1e-10)
     jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, atol=1e-10, rtol=1e-9), g, g1)

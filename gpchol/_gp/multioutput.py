@@ -581,6 +581,13 @@ class MultiOutputGP:
         value, status = _first_success(attempt, schedule)
         return value + self._unobserved_constant(obs, dtype), status
 
+    def _replicated(self, mesh: Any) -> MultiOutputGP:
+        """This model with ``X`` (``n x d`` numbers) replicated over ``mesh``: a kernel on
+        row-sharded ``X`` on both sides is ill-sharded on an Explicit mesh."""
+        children, aux = self.tree_flatten()
+        X = jax.sharding.reshard(self.X, NamedSharding(mesh, PartitionSpec()))
+        return type(self).tree_unflatten(aux, (*children[:2], X, *children[3:]))
+
     def _sharded_lml(self, R: jax.Array, mesh: Any) -> tuple[jax.Array, jax.Array]:
         """The dense likelihood factored and solved by :mod:`gpchol.distributed`."""
         from gpchol import distributed as gd
@@ -595,10 +602,7 @@ class MultiOutputGP:
         pad = (-N) % mesh.size  # potrf needs a multiple of each sharded mesh axis size
         # X (n x d numbers) replicated: the np x np covariance is built whole, then placed
         # on the mesh by potrf (a kernel on row-sharded X on both sides is ill-sharded)
-        children, aux = self.tree_flatten()
-        X = jax.sharding.reshard(self.X, NamedSharding(mesh, PartitionSpec()))
-        rep = type(self).tree_unflatten(aux, (*children[:2], X, *children[3:]))
-        K, obs = rep._masked_dense(dtype, pad)
+        K, obs = self._replicated(mesh)._masked_dense(dtype, pad)
         if self.jitter:
             K = K + jnp.diag(jnp.where(obs, jnp.asarray(self.jitter[0], dtype), 0.0))
         r = jnp.concatenate([R.T.reshape(-1), jnp.zeros((pad,), dtype)])
@@ -630,7 +634,7 @@ class MultiOutputGP:
         return self.log_marginal_likelihood_with_status(y)[0]
 
     def condition(self, y: ArrayLike) -> MultiOutputPosterior:
-        """The posterior given ``y`` (one device; for a sharded ``X`` it is gathered).
+        """The posterior given ``y`` (on one device: a sharded ``X`` is replicated first).
 
         Args:
             y: ``(n, p)`` observations (entries outside the mask are ignored).
@@ -647,6 +651,11 @@ class MultiOutputGP:
             >>> gp.condition(jnp.zeros((4, 2))).variance(jnp.array([0.5, 9.0])).shape
             (2, 2)
         """
+        mesh = _input_mesh(self.X)
+        return (self if mesh is None else self._replicated(mesh))._condition(y)
+
+    def _condition(self, y: ArrayLike) -> MultiOutputPosterior:
+        """:meth:`condition` with ``X`` on one device or replicated."""
         R = self._residual(y)
         dtype = R.dtype
         schedule = self.jitter or (0.0,)
