@@ -17,7 +17,15 @@ from gpchol._base.transforms import (
     to_unconstrained,
 )
 from gpchol._fit import CheckpointError, FitInterrupted, FitResult, FitTerminated, fit
-from gpchol._gp import GaussianProcess, GPDiagnostics, Posterior, SingularCovarianceWarning
+from gpchol._gp import (
+    Coregionalization,
+    GaussianProcess,
+    GPDiagnostics,
+    MultiOutputGP,
+    MultiOutputPosterior,
+    Posterior,
+    SingularCovarianceWarning,
+)
 from gpchol._linalg.solve import cho_inverse, cho_solve, logdet, mvn_logpdf, solve_triangular
 from gpchol._routing import cholesky, cholesky_with_status
 from gpchol.means import as_mean
@@ -40,12 +48,15 @@ def __getattr__(name: str) -> _types.ModuleType:
 __all__ = [
     "Bounded",
     "CheckpointError",
+    "Coregionalization",
     "FitInterrupted",
     "FitResult",
     "FitTerminated",
     "GPDiagnostics",
     "GaussianProcess",
     "Identity",
+    "MultiOutputGP",
+    "MultiOutputPosterior",
     "NotPositiveDefiniteError",
     "Positive",
     "Posterior",
