@@ -15,11 +15,14 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
 
+from gpchol._persist import load
 from gpchol.cli import main
+from gpchol.cli.model import Model
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -59,10 +62,13 @@ def test_fit_default_co2_then_predict(
     assert "ppm" in out and "years" in out
     assert "loss" in err  # progress
     assert "needs about" not in out  # n=521: no estimate printed
-    m = json.loads((in_tmp / "m.json").read_text())
+    saved = json.loads((in_tmp / "m.json").read_text())  # a gpchol.save file ...
+    assert saved["format"] == "gpchol" and "jax" in saved["versions"]
+    m = load(in_tmp / "m.json")  # ... whose content gpchol.load returns
     assert m["format"] == "gpchol-fit" and m["kernel"]["spec"] == "co2"
     assert m["data"]["n"] == 521 and len(m["data"]["sha256"]) == 64
-    assert np.isfinite(m["log_marginal_likelihood"]) and "jax" in m["versions"]
+    assert m["data"]["X"].shape == (521, 1) and m["data"]["X"].dtype == np.float64
+    assert np.isfinite(m["log_marginal_likelihood"])
     assert {"long.lengthscale", "noise"} <= set(m["params"])
     png = (in_tmp / "m.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
@@ -118,6 +124,21 @@ def test_fit_csv_and_predict_files_follow_the_umask(
     rc, _, err = cli(capsys, "predict", "--model", "f.json", "--csv", "d.csv", "--out", "p.csv")
     assert rc == 0, err
     assert len((in_tmp / "p.csv").read_text().strip().splitlines()) == 31
+    npz = [p for p in os.listdir(in_tmp) if p.startswith("f.") and p.endswith(".npz")]
+    assert len(npz) == 1 and os.stat(in_tmp / npz[0]).st_mode & 0o777 == 0o640
+    # the same model in the first format (one JSON file) predicts the same numbers
+    model, params = Model.from_json("f.json")
+    result = types.SimpleNamespace(n_steps=1, converged=False, success=True, message="")
+    legacy = model.to_json(params, -1.0, result, {})  # type: ignore[arg-type]
+    (in_tmp / "old.json").write_text(json.dumps(legacy))
+    rc, _, err = cli(capsys, "predict", "--model", "old.json", "--csv", "d.csv", "--out", "q.csv")
+    assert rc == 0, err
+    assert (in_tmp / "q.csv").read_text() == (in_tmp / "p.csv").read_text()
+    # a damaged arrays file: one line, naming the file
+    (in_tmp / npz[0]).write_bytes((in_tmp / npz[0]).read_bytes()[:-2] + b"xx")
+    rc, _, err = cli(capsys, "predict", "--model", "f.json", "--csv", "d.csv")
+    assert rc == 2 and "Traceback" not in err
+    assert "f.json" in err and "does not match the recorded sha256" in err
     assert os.stat(in_tmp / "p.csv").st_mode & 0o777 == 0o640
     assert no_temp_files(in_tmp)
 

@@ -16,7 +16,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -375,8 +374,7 @@ def run_fit(args: argparse.Namespace) -> int:
         "compile_seconds": round(compiling, 2),
         "step_seconds": round(stepping, 2),
     }
-    text = json.dumps(model.to_json(params, lml, result, info), indent=2) + "\n"
-    write_file(out, text.encode())
+    model.save(out, params, lml, result, info)  # gpchol.save: JSON + NPZ, atomic
     print(f"wrote {out}" + ("" if png is None else f" and {png}"))
     print(f"total time {info['seconds']:.1f} s")
     return 0 if result.success else 1

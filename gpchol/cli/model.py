@@ -1,7 +1,13 @@
 """The command line's model: kernel SPEC, training data, standardization, and its file.
 
-A :class:`Model` is written to and read from ``gpchol-fit.json`` (JSON, no pickle) with
-the fitted parameters, so that ``gpchol predict`` rebuilds the GP from the file alone.
+A :class:`Model` is written to and read from ``gpchol-fit.json`` with the fitted
+parameters, so that ``gpchol predict`` rebuilds the GP from the file alone. The file is
+one case of :func:`gpchol.save`: a dict (:meth:`Model.content`: the SPEC, parameters,
+standardization, training data and how the fit went, under ``"format": "gpchol-fit"``)
+saved as JSON plus an NPZ of its arrays, with the versions and SHA-256 hashes
+:func:`gpchol.load` checks; ``gpchol.load("gpchol-fit.json")`` returns that dict.
+Model files of the first format (the same dict as one JSON file, arrays as lists, written
+by gpchol before ``gpchol.save``) are still read.
 
 Example:
     >>> import numpy as np
@@ -19,25 +25,26 @@ import hashlib
 import json
 import math
 import os
-import platform
 from typing import Any, NoReturn
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
 import gpchol
 from gpchol import FitResult, GaussianProcess
+from gpchol._persist import FORMAT as SAVE_FORMAT
+from gpchol._persist import SaveFileError, load, save
+from gpchol._persist import versions as saved_versions
 from gpchol.cli.errors import CLIError
 from gpchol.cli.spec import ModelSpec, SpecError
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Model", "data_hash", "standardization", "versions"]
 
 FORMAT = "gpchol-fit"
-"""The ``format`` field of a model file."""
+"""The ``format`` field of a model file's content."""
 FORMAT_VERSION = 1
-"""The ``format_version`` field of a model file."""
+"""The ``format_version`` field of a model file's content."""
 
 
 def data_hash(X: np.ndarray, y: np.ndarray) -> str:
@@ -57,18 +64,17 @@ def data_hash(X: np.ndarray, y: np.ndarray) -> str:
 
 def versions() -> dict[str, str]:
     """The versions a model file records (gpchol, JAX, optax, NumPy, Python)."""
-    return {
-        "gpchol": gpchol.__version__,
-        "jax": jax.__version__,
-        "optax": optax.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-    }
+    return saved_versions() | {"optax": optax.__version__}
 
 
-def _plain(v: Any) -> Any:
+def _as_list(v: Any) -> Any:
     """A float or nested list of floats (JSON-ready) from an array or scalar."""
     return np.asarray(v, np.float64).tolist()
+
+
+def _as_array(v: Any) -> np.ndarray:
+    """A float64 NumPy array (saved in the NPZ, bit for bit) from an array or scalar."""
+    return np.array(v, np.float64)
 
 
 _CONSTANT = 1e-12
@@ -226,6 +232,25 @@ class Model:
         kernel, noise = self.spec.build(params)
         return GaussianProcess(kernel, jnp.asarray(self.xs(self.X), dtype), noise=noise)
 
+    def save(
+        self,
+        path: str,
+        params: dict[str, Any],
+        lml: float,
+        result: FitResult,
+        args_info: dict[str, Any],
+    ) -> None:
+        """Writes the model file: :meth:`content` through :func:`gpchol.save` (JSON + NPZ).
+
+        Args:
+            path: the JSON file (the NPZ of the arrays is written next to it).
+            params: the fitted parameters (a flat dict, as :meth:`ModelSpec.init_params`).
+            lml: the log marginal likelihood of the raw data.
+            result: the fit's result (steps, convergence, message).
+            args_info: what the fit was asked (optimizer, steps, dtype, source, seconds).
+        """
+        save(self.content(params, lml, result, args_info), path)
+
     def to_json(
         self,
         params: dict[str, Any],
@@ -233,14 +258,31 @@ class Model:
         result: FitResult,
         args_info: dict[str, Any],
     ) -> dict[str, Any]:
-        """The model file's content (a JSON-ready dict).
+        """The content of a model file of the first format (one JSON file; arrays as lists).
+
+        Args: as :meth:`save`.
+        """
+        return self.content(params, lml, result, args_info, plain=True) | {"versions": versions()}
+
+    def content(
+        self,
+        params: dict[str, Any],
+        lml: float,
+        result: FitResult,
+        args_info: dict[str, Any],
+        *,
+        plain: bool = False,
+    ) -> dict[str, Any]:
+        """The model file's content: a dict of strings, numbers and float64 arrays.
 
         Args:
-            params: the fitted parameters (a flat dict, as :meth:`ModelSpec.init_params`).
-            lml: the log marginal likelihood of the raw data.
-            result: the fit's result (steps, convergence, message).
-            args_info: what the fit was asked (optimizer, steps, dtype, source, seconds).
+            params: as :meth:`save`.
+            lml: as :meth:`save`.
+            result: as :meth:`save`.
+            args_info: as :meth:`save`.
+            plain: arrays as (nested) lists of floats (JSON-ready), not NumPy arrays.
         """
+        conv = _as_list if plain else _as_array
         return {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -250,7 +292,7 @@ class Model:
                 "learn_noise": self.spec.learn_noise,
                 "fixed_noise": self.spec.fixed_noise,
             },
-            "params": {k: _plain(v) for k, v in params.items()},
+            "params": {k: conv(v) for k, v in params.items()},
             "log_marginal_likelihood": lml,
             "fit": args_info
             | {
@@ -260,8 +302,8 @@ class Model:
                 "message": result.message,
             },
             "standardization": {
-                "x_shift": _plain(self.x_shift),
-                "x_scale": _plain(self.x_scale),
+                "x_shift": conv(self.x_shift),
+                "x_scale": conv(self.x_scale),
                 "y_shift": self.y_shift,
                 "y_scale": self.y_scale,
             },
@@ -270,10 +312,9 @@ class Model:
                 "y_column": self.y_name,
                 "n": int(self.X.shape[0]),
                 "sha256": data_hash(self.X, self.y),
-                "X": _plain(self.X),
-                "y": _plain(self.y),
+                "X": conv(self.X),
+                "y": conv(self.y),
             },
-            "versions": versions(),
         }
 
     @classmethod
@@ -306,6 +347,11 @@ class Model:
             ) from None
         except (OSError, UnicodeDecodeError, RecursionError, ValueError) as e:
             raise CLIError(f"cannot read model file {path}: {e}") from None
+        if isinstance(m, dict) and m.get("format") == SAVE_FORMAT:
+            try:
+                m = load(path)  # checks the versions, the hashes and the arrays file
+            except SaveFileError as e:
+                raise CLIError(f"model {e}; refit with `gpchol fit`") from None
         return _ModelFile(path).read(m)
 
 
