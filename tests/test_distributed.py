@@ -218,19 +218,24 @@ def test_gaussian_log_likelihood_value_and_grad(rng):
     y = jnp.asarray(rng.standard_normal(n))
     k = 1.5 * kernels.ExpSquared(lengthscale=0.4)
 
-    def ref(k, noise):
+    def ref(k, noise, X):
         return gpchol.mvn_logpdf(y, 0.0, k(X, X) + noise * jnp.eye(n))
 
     f = jax.jit(
         jax.value_and_grad(
-            lambda k, s: gd.gaussian_log_likelihood(k, k, X, y, s, mesh, 6)[0], argnums=(0, 1)
+            lambda k, s, X: gd.gaussian_log_likelihood(k, k, X, y, s, mesh, 6)[0],
+            argnums=(0, 1, 2),
         )
     )
-    v, g = f(k, 0.1)
-    vr, gr = jax.value_and_grad(ref, argnums=(0, 1))(k, 0.1)
+    # X placed by rows on the (Explicit) mesh: replicated inside, its gradient comes back
+    # in its own layout
+    Xr = _put(X, mesh, ("r", None))
+    v, g = f(k, 0.1, Xr)
+    assert g[2].sharding.spec == P("r", None)
+    vr, gr = jax.value_and_grad(ref, argnums=(0, 1, 2))(k, 0.1, X)
     np.testing.assert_allclose(v, vr, rtol=1e-10)
     for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(gr), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-8)
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12 * np.max(np.abs(b)))
 
     # the function form (params, X1, X2) -> block gives the same value
     def fn(params, X1, X2):

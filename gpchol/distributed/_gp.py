@@ -377,5 +377,13 @@ def _loglik_jitted(s: Setup) -> Callable[..., tuple[jax.Array, jax.Array]]:
 
     Called eagerly, the ``shard_map`` program otherwise ran op by op (minutes at n = 30
     on a simulated 2x4 mesh); inside the caller's ``jit`` it is inlined as a nested call.
+    ``X``, ``y`` and ``noise`` are replicated before the custom-VJP core (whose cotangents
+    are replicated), so that inputs laid out otherwise (e.g. ``X`` by rows on an Explicit
+    mesh) get their gradients back in their own layout through the constraint's transpose.
     """
-    return jax.jit(functools.partial(_loglik, s))
+
+    def run(params: Any, X: jax.Array, y: jax.Array, noise: jax.Array) -> Any:
+        X, y, noise = (_api.replicated(v, s.mesh) for v in (X, y, noise))
+        return _loglik(s, params, X, y, noise)
+
+    return jax.jit(run)
