@@ -395,8 +395,8 @@ def test_bad_y_and_X():
         gp.log_marginal_likelihood(np.zeros(4))
     with pytest.raises(ValueError, match="NaN or inf"):
         GaussianProcess(kernels.ExpSquared(), np.array([0.0, np.nan]), noise=0.1)
-    with pytest.raises(TypeError, match="kernel"):
-        GaussianProcess(lambda a, b: a, np.arange(3.0), noise=0.1)
+    with pytest.raises(TypeError, match="kernel must be a gpchol kernel"):
+        GaussianProcess("rbf", np.arange(3.0), noise=0.1)  # (a function is wrapped)
     with pytest.raises(ValueError, match=r"X must have shape \(n, d\).*jax.vmap"):
         GaussianProcess(kernels.ExpSquared(), np.zeros((2, 3, 1)), noise=0.1)
     with pytest.raises(ValueError, match="at least one column"):
