@@ -66,7 +66,7 @@ from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import lazy_property, validate_sample
 
-from gpchol._base.validate import as_inputs, check_jitter, is_concrete
+from gpchol._base.validate import as_inputs, check_jitter
 from gpchol._gp import GaussianProcess, Posterior
 from gpchol._linalg.backends import Backend, array_platform, prepare
 from gpchol._linalg.blocks import mT, symmetrize
@@ -479,37 +479,8 @@ def _scalar_noise(noise: ArrayLike) -> jax.Array:
     return noise
 
 
-def _test_noise(
-    noise: ArrayLike | None, include_noise: bool, model_noise: Any, m: int, dtype: DTypeLike
-) -> jax.Array | None:
-    """The ``(m,)`` noise variances added at the test points, or ``None`` (latent ``f``)."""
-    if not include_noise and noise is None:
-        return None
-    if noise is None:
-        nz = jnp.asarray(model_noise)
-        if nz.ndim > 1 or (nz.ndim == 1 and nz.shape[0] != 1):
-            raise ValueError(
-                "include_noise=True with per-point (heteroscedastic) training noise needs the "
-                f"test points' noise variances: pass noise= with shape ({m},) or a scalar."
-            )
-        noise = nz
-    nz = jnp.asarray(noise)
-    if nz.ndim > 1 or (nz.ndim == 1 and nz.shape[0] not in (1, m)):
-        raise ValueError(
-            f"noise (the test points' noise variance) must be a scalar or have shape ({m},), "
-            f"one variance per test point; got shape {tuple(nz.shape)}."
-        )
-    if is_concrete(nz):
-        v = np.asarray(nz)
-        if not np.all(np.isfinite(v)) or np.any(v < 0):
-            raise ValueError(
-                "noise (the test points' noise variance) must be finite and >= 0; got "
-                f"{v if v.ndim == 0 else 'an array with negative or non-finite values'}."
-            )
-    return jnp.broadcast_to(nz.astype(dtype), (m,))
-
-
-def _relative_jitter_factor(C: jax.Array, jitter: Any) -> jax.Array:
+@partial(jax.jit, static_argnums=(1,))
+def _relative_jitter_factor(C: jax.Array, jitter: tuple[float, ...]) -> jax.Array:
     """Lower factor of an ``(m, m)`` posterior covariance ``C``, with a relative jitter.
 
     A posterior covariance at nearby test points is numerically singular (the prior is
@@ -519,36 +490,8 @@ def _relative_jitter_factor(C: jax.Array, jitter: Any) -> jax.Array:
     NaN (then so are the draws).
     """
     scale = jnp.maximum(jnp.max(jnp.diagonal(C)), jnp.finfo(C.dtype).tiny)
-    Ls = cholesky_with_status(C / scale, jitter=check_jitter(jitter) or (0.0,))[0]
+    Ls = cholesky_with_status(C / scale, jitter=jitter)[0]
     return jnp.sqrt(scale) * Ls
-
-
-@partial(jax.jit, static_argnums=(4, 5))
-def _predictive_moments(
-    gp: GaussianProcess,
-    y: jax.Array,
-    Xs: jax.Array,
-    eps: jax.Array | None,
-    joint: bool,
-    jitter: tuple[float, ...] | None,
-) -> tuple[jax.Array, jax.Array]:
-    """``(mean, scale_tril)`` (``joint``) or ``(mean, sd)`` of the predictive at ``Xs``.
-
-    One compiled program per shape, so an eager ``vmap`` over posterior draws (what
-    ``Predictive(..., parallel=True)`` does) runs it batched instead of op by op; under an
-    outer ``jit``/``lax.map`` it is inlined.
-    """
-    post = gp.condition(y)
-    mu = post.mean(Xs)
-    if not joint:
-        var = post.variance(Xs)
-        if eps is not None:
-            var = var + eps
-        return mu, jnp.sqrt(var)
-    C = post.covariance(Xs)
-    if eps is not None:
-        C = C + jnp.diag(eps)
-    return mu, (_relative_jitter_factor(C, jitter) if Xs.shape[0] else C)
 
 
 class GaussianProcessMarginal(MultivariateNormal):
@@ -720,6 +663,7 @@ class GaussianProcessMarginal(MultivariateNormal):
         y: ArrayLike,
         Xs: ArrayLike,
         *,
+        kernel: Any = None,
         include_noise: bool = False,
         noise: ArrayLike | None = None,
         joint: bool = True,
@@ -729,12 +673,16 @@ class GaussianProcessMarginal(MultivariateNormal):
 
         Rasmussen & Williams (2006), Alg. 2.1: with ``K = k(X, X) + diag(noise) = L L^T``
         and ``alpha = K^-1 (y - m(X))``, ``f(Xs) | y ~ N(m(Xs) + k(Xs, X) alpha,
-        k(Xs, Xs) - V^T V)``, ``V = L^-1 k(X, Xs)`` (:meth:`condition`). For ``y(Xs)``
-        the test points' noise variance is added to the diagonal.
+        k(Xs, Xs) - V^T V)``, ``V = L^-1 k(X, Xs)``: the moments are
+        :class:`gpchol.Posterior`'s (:meth:`condition`; jitted, blocked over test points).
+        For ``y(Xs)`` the test points' noise variance is added to the diagonal.
 
         Args:
             y: ``(n,)`` observations at ``X``.
             Xs: ``(m, d)`` test inputs (``(m,)`` is read as ``(m, 1)``).
+            kernel: ``None`` (the whole model) or one additive part of the model's kernel:
+                the posterior of that component (no prior mean added), see
+                :meth:`gpchol.Posterior.mean`.
             include_noise: predict ``y(Xs) = f(Xs) + eps`` instead of the latent ``f``.
             noise: the test points' own noise variance, a scalar or ``(m,)`` (implies
                 ``include_noise``; heteroscedastic models need it for ``y(Xs)``). Default:
@@ -767,20 +715,17 @@ class GaussianProcessMarginal(MultivariateNormal):
             raise TypeError(f"joint must be True or False; got {joint!r}.")
         if not isinstance(include_noise, (bool, np.bool_)):
             raise TypeError(f"include_noise must be True or False; got {include_noise!r}.")
-        gp = self._gp()
-        Xs = as_inputs(Xs, "Xs")
-        if is_concrete(Xs) and not np.all(np.isfinite(np.asarray(Xs))):
-            raise ValueError(
-                "Xs (the test inputs) has NaN or inf entries; drop or impute those rows first."
-            )
-        dtype = jnp.result_type(gp.X.dtype, Xs.dtype)
-        eps = _test_noise(noise, bool(include_noise), self.noise, Xs.shape[0], dtype)
-        jit_sched = check_jitter(jitter) if joint else None
-        mu, scale = _predictive_moments(gp, jnp.asarray(y), Xs, eps, bool(joint), jit_sched)
+        post = self.condition(y)
+        opts = {"kernel": kernel, "include_noise": bool(include_noise), "noise": noise}
         if not joint:
-            base = numpyro.distributions.Normal(mu, scale, validate_args=False)
+            mu, var = post.mean_and_variance(Xs, **opts)
+            base = numpyro.distributions.Normal(mu, jnp.sqrt(var), validate_args=False)
             return base.to_event(1)
-        return MultivariateNormal(mu, scale_tril=scale, validate_args=False)
+        rel = check_jitter(jitter) or (0.0,)
+        mu = post.mean(Xs, kernel=kernel)
+        C = post.covariance(Xs, **opts)
+        Ls = _relative_jitter_factor(C, rel) if C.shape[-1] else C
+        return MultivariateNormal(mu, scale_tril=Ls, validate_args=False)
 
     def predict(
         self,
@@ -788,6 +733,7 @@ class GaussianProcessMarginal(MultivariateNormal):
         y: ArrayLike,
         Xs: ArrayLike,
         *,
+        kernel: Any = None,
         include_noise: bool = False,
         noise: ArrayLike | None = None,
         joint: bool = True,
@@ -808,6 +754,7 @@ class GaussianProcessMarginal(MultivariateNormal):
             name: the site's name.
             y: ``(n,)`` observations at ``X``.
             Xs: ``(m, d)`` test inputs.
+            kernel: ``None`` or one additive part of the model's kernel (that component).
             include_noise: sample ``y(Xs)`` instead of the latent ``f(Xs)``.
             noise: the test points' own noise variance, scalar or ``(m,)``; implies
                 ``include_noise`` (see :meth:`predictive`).
@@ -837,7 +784,13 @@ class GaussianProcessMarginal(MultivariateNormal):
             (3, 2)
         """
         d = self.predictive(
-            y, Xs, include_noise=include_noise, noise=noise, joint=joint, jitter=jitter
+            y,
+            Xs,
+            kernel=kernel,
+            include_noise=include_noise,
+            noise=noise,
+            joint=joint,
+            jitter=jitter,
         )
         return numpyro.sample(name, d)
 

@@ -415,6 +415,29 @@ def test_predictive_parameters_match_rw_alg21(rng, case):
     np.testing.assert_allclose(post.mean(Xs), mu_ref, rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("joint", [True, False])
+def test_predictive_of_one_additive_component(rng, joint):
+    """kernel=part: f_p(Xs) | y ~ N(k_p(Xs, X) alpha, k_p(Xs, Xs) - k_p(Xs, X) K^-1 k_p(X, Xs))."""
+    X = rng.uniform(0.0, 3.0, 14)
+    Xs = rng.uniform(-0.5, 3.5, 5)
+    y = np.sin(2.0 * X) + 0.1 * rng.standard_normal(14)
+    smooth, rough = 1.5 * kernels.ExpSquared(1.2), 0.3 * kernels.Matern52(0.3)
+    gp = gnp.GaussianProcessMarginal(smooth + rough, X, 0.04, mean=0.5)
+    K = np.asarray((smooth + rough)(X, X)) + 0.04 * np.eye(14)
+    Kp, Kpss = np.asarray(smooth(X, Xs)), np.asarray(smooth(Xs, Xs))
+    mu_ref = Kp.T @ np.linalg.solve(K, y - 0.5)  # a component carries no prior mean
+    cov_ref = Kpss - Kp.T @ np.linalg.solve(K, Kp)
+    p = gp.predictive(y, Xs, kernel=smooth, joint=joint)
+    scale = np.max(np.diag(cov_ref))
+    if joint:
+        np.testing.assert_allclose(p.loc, mu_ref, rtol=1e-9, atol=1e-10)
+        St = np.asarray(p.scale_tril)
+        np.testing.assert_allclose(St @ St.T, cov_ref, atol=2e-10 * scale + 1e-12)
+    else:
+        np.testing.assert_allclose(p.base_dist.loc, mu_ref, rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(p.base_dist.scale**2, np.diag(cov_ref), rtol=1e-8)
+
+
 def _predictive_model(X, y=None, Xs=None, joint=True):
     amp = numpyro.sample("amp", dist.LogNormal(0.0, 1.0))
     ls = numpyro.sample("ls", dist.LogNormal(0.0, 1.0))
@@ -534,7 +557,8 @@ def test_predictive_bad_arguments():
         gp.predictive(y, np.zeros((3, 1, 1)))
     with pytest.raises(ValueError, match=r"Xs.* NaN"):
         gp.predictive(y, np.array([0.5, np.nan]))
-    with pytest.raises(ValueError, match=r"noise \(the test points' noise variance\) must be"):
+    bad_shape = r"noise \(the test points' .*\) must be a scalar or have shape \(3,\)"
+    with pytest.raises(ValueError, match=bad_shape):
         gp.predictive(y, Xs, include_noise=True, noise=np.ones(2))
     with pytest.raises(ValueError, match="finite and >= 0"):
         gp.predictive(y, Xs, include_noise=True, noise=-1.0)
@@ -542,7 +566,8 @@ def test_predictive_bad_arguments():
     a = gp.predictive(y, Xs, noise=0.1, joint=False).base_dist.scale
     b = gp.predictive(y, Xs, include_noise=True, noise=0.1, joint=False).base_dist.scale
     np.testing.assert_array_equal(a, b)
-    with pytest.raises(ValueError, match=r"pass noise= with shape \(3,\)"):
+    needs = r"per-point \(heteroscedastic\) training noise needs .* noise="
+    with pytest.raises(ValueError, match=needs):
         hetero.predictive(y, Xs, include_noise=True)
     hetero.predictive(y, Xs, include_noise=True, noise=np.full(3, 0.05))  # accepted
     with pytest.raises(TypeError, match="joint must be True or False"):
