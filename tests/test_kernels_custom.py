@@ -335,6 +335,7 @@ def test_gaussian_process_with_a_user_kernel_end_to_end(x64, rng):
     np.testing.assert_allclose(float(_lml(fgp, y)), lml, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_fit_a_user_kernel_reaches_the_built_in_optimum(x64, rng):
     X = np.sort(rng.uniform(0, 5, 25))
     y = np.sin(X) + 0.1 * rng.standard_normal(25)
@@ -361,6 +362,7 @@ def test_fit_a_user_kernel_reaches_the_built_in_optimum(x64, rng):
     assert float(jnp.max(jnp.abs(jax.jit(jax.grad(builtin_lml))(u)))) < 1e-3
 
 
+@pytest.mark.slow
 def test_numpyro_marginal_with_a_user_kernel(x64, rng):
     pytest.importorskip("numpyro")
     import gpchol.numpyro as gnp
