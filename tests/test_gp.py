@@ -425,5 +425,20 @@ def test_sharded_inputs_take_the_distributed_path(rng):
     np.testing.assert_allclose(v2, v1, rtol=1e-12)
     for a, b in zip(jax.tree_util.tree_leaves(g2), jax.tree_util.tree_leaves(g1), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-9)
-    with pytest.raises(ValueError, match="scalar noise"):
-        lml(k, Xs, noise=np.full(24, 0.1))
+    # per-point noise on the sharded path: value and gradient as on one device
+    noise = rng.uniform(0.05, 0.2, 24)
+    v1, g1 = jax.value_and_grad(lml)(k, X, noise)
+    v2, g2 = jax.value_and_grad(lml)(k, Xs, noise)
+    np.testing.assert_allclose(v2, v1, rtol=1e-12)
+    for a, b in zip(jax.tree_util.tree_leaves(g2), jax.tree_util.tree_leaves(g1), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9)
+    # the posterior keeps its factor sharded and predicts as on one device
+    Xt = rng.uniform(0, 5, (7, 2))
+    p1 = GaussianProcess(k, X, noise=noise, mean=0.3).condition(y)
+    p2 = GaussianProcess(k, Xs, noise=noise, mean=0.3).condition(y)
+    assert type(p2).__name__ == "ShardedPosterior"
+    np.testing.assert_allclose(p2.mean(Xt), p1.mean(Xt), rtol=1e-10)
+    np.testing.assert_allclose(p2.variance(Xt), p1.variance(Xt), rtol=1e-10)
+    np.testing.assert_allclose(p2.mean(Xt, kernel=k), p1.mean(Xt, kernel=k), rtol=1e-10)
+    with pytest.raises(ValueError, match="kernel="):
+        p2.mean(Xt, kernel=kernels.Matern32(0.5))

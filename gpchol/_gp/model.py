@@ -43,7 +43,7 @@ Example:
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -54,7 +54,7 @@ from jax.typing import ArrayLike, DTypeLike
 from gpchol._base.errors import NotPositiveDefiniteError
 from gpchol._base.validate import as_inputs, check_jitter, check_tile_size, is_concrete
 from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
-from gpchol._gp.posterior import Posterior
+from gpchol._gp.posterior import Posterior, model_part
 from gpchol._linalg.backends import resolve_backend, tile_for
 from gpchol._linalg.cholesky import linear_chol_tangent
 from gpchol._linalg.gaussian import (
@@ -62,12 +62,14 @@ from gpchol._linalg.gaussian import (
     GaussianRule,
     gaussian_factor,
     gaussian_loglik,
-    gaussian_value,
 )
 from gpchol._linalg.status import raise_if_failed
 from gpchol._routing import cholesky_with_status
 from gpchol.kernels import Kernel, as_kernel
 from gpchol.means import Mean, as_mean
+
+if TYPE_CHECKING:
+    from gpchol.distributed import ShardedPosterior
 
 __all__ = ["GaussianProcess", "Posterior"]
 
@@ -494,23 +496,19 @@ class GaussianProcess:
         """The likelihood on ``gpchol.distributed``: covariance tiles built where they live."""
         from gpchol.distributed import gaussian_log_likelihood
 
-        noise = jnp.asarray(self.noise)
-        if noise.ndim != 0:
-            raise ValueError(
-                "X is sharded over a device mesh, and the sharded likelihood path supports a "
-                "scalar noise variance only; pass a scalar `noise` or unshard X (e.g. "
-                "`jax.device_put(X, jax.devices()[0])`) to use per-point noise."
-            )
+        extra = self._sharded_jitter()
+        X = self.X if self.X.ndim == 2 else self.X[:, None]
+        return gaussian_log_likelihood(
+            self.kernel, self.kernel, X, r, jnp.asarray(self.noise) + extra, mesh, self.tile_size
+        )
+
+    def _sharded_jitter(self) -> float:
         if self.jitter is not None and len(self.jitter) > 1:
             raise ValueError(
                 "X is sharded over a device mesh; the sharded path takes one jitter value, "
                 f"not a schedule (got {self.jitter})."
             )
-        extra = self.jitter[0] if self.jitter else 0.0
-        X = self.X if self.X.ndim == 2 else self.X[:, None]
-        return gaussian_log_likelihood(
-            self.kernel, self.kernel, X, r, noise + extra, mesh, self.tile_size
-        )
+        return self.jitter[0] if self.jitter else 0.0
 
     def log_marginal_likelihood(self, y: ArrayLike, *, check: bool = False) -> jax.Array:
         r"""``log p(y | X, theta)``, differentiable in every parameter and in ``y``.
@@ -544,7 +542,7 @@ class GaussianProcess:
 
     def condition(
         self, y: ArrayLike, *, check: bool = False, block_size: int | None = None
-    ) -> Posterior:
+    ) -> Posterior | ShardedPosterior:
         """The posterior given observations ``y`` at the training inputs.
 
         ``K = k(X, X) + diag(noise)`` is built and factored in place inside one jitted
@@ -561,6 +559,9 @@ class GaussianProcess:
 
         Returns:
             A :class:`Posterior` (a pytree) holding the factor and ``alpha = K^-1 (y - m)``.
+            With ``X`` placed on a multi-device mesh: a
+            :class:`gpchol.distributed.ShardedPosterior` (same ``mean``, ``variance`` and
+            ``mean_and_variance``), whose factor stays in its block-cyclic tiles.
 
         Warns:
             SingularCovarianceWarning: called eagerly when the likelihood is finite but the
@@ -576,12 +577,26 @@ class GaussianProcess:
             (4,)
         """
         r = self._residual(y)
-        if _input_mesh(self.X) is not None:
-            L, status, used = self.factor()
-            L = L.astype(r.dtype)
-            value, alpha = gaussian_value(r, L)
-        else:
-            L, value, alpha, status, used = _condition_jit(self, r)
+        mesh = _input_mesh(self.X)
+        if mesh is not None:  # the factor stays in its block-cyclic tiles, never gathered
+            from gpchol.distributed import condition as sharded_condition
+
+            extra = self._sharded_jitter()
+            return sharded_condition(
+                self.kernel,
+                self.kernel,
+                self.X if self.X.ndim == 2 else self.X[:, None],
+                y,
+                noise=self.noise,
+                mean=self.mean,
+                mesh=mesh,
+                jitter=extra or None,
+                T_A=self.tile_size,
+                block_size=block_size,
+                check=check,
+                part_check=partial(model_part, self.kernel),
+            )
+        L, value, alpha, status, used = _condition_jit(self, r)
         if check and (not is_concrete(status) or bool(np.any(np.asarray(status) != 0))):
             self._check(status, check, "condition")
         post = Posterior(self, L, alpha, value, status, used, block_size)

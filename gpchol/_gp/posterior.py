@@ -155,6 +155,17 @@ def _component(model: Any, part: Any) -> tuple[Any, bool]:
     )
 
 
+def model_part(model: Any, part: Any) -> Any:
+    """``part`` checked to be a part of the kernel ``model`` (see :meth:`Posterior.mean`'s
+    ``kernel=``): ``None`` when it is the whole model, else the matching sub-kernel.
+
+    Raises:
+        ValueError: ``part`` is neither ``model`` nor a node of its sum tree.
+    """
+    node, whole = _component(model, part)
+    return None if whole else node
+
+
 def _check_block_size(block_size: object) -> int | None:
     if block_size is None:
         return None

@@ -114,6 +114,7 @@ class ShardedPosterior:
         status: jax.Array,
         jitter_used: jax.Array,
         block_size: int | None,
+        part_check: Callable[[Any], Any] | None = None,
     ) -> None:
         self.setup = setup
         self.params = params
@@ -126,6 +127,7 @@ class ShardedPosterior:
         self.status = status
         self.jitter_used = jitter_used
         self.block_size = block_size
+        self.part_check = part_check
 
     def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         static = _static_mean(self.prior_mean)
@@ -140,16 +142,22 @@ class ShardedPosterior:
             self.status,
             self.jitter_used,
         )
-        aux = (self.setup, self.block_size, self.prior_mean if static else None, static)
+        aux = (
+            self.setup,
+            self.block_size,
+            self.prior_mean if static else None,
+            static,
+            self.part_check,
+        )
         return children, aux
 
     @classmethod
     def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> ShardedPosterior:
-        setup, chunk, static_mean, static = aux
+        setup, chunk, static_mean, static, part_check = aux
         params, X, noise, mean, L, alpha, value, status, used = children
         return cls(
             setup, params, X, noise, static_mean if static else mean, L, alpha, value, status,
-            used, chunk,
+            used, chunk, part_check,
         )  # fmt: skip
 
     def __repr__(self) -> str:
@@ -219,6 +227,8 @@ class ShardedPosterior:
         """``(mean, latent variance or None)`` at ``Xs``; ``kernel``: a component's params."""
         x = self._Xs(Xs)
         m = x.shape[0]
+        if kernel is not None and self.part_check is not None:
+            kernel = self.part_check(kernel)  # None: the part is the whole model
         whole = kernel is None
         prior = _mean_at(self.prior_mean, x) if whole else jnp.zeros((m,), x.dtype)
         if m == 0:
@@ -411,6 +421,7 @@ def condition(
     axes: tuple[str | None, str | None] | None = None,
     block_size: int | None = None,
     check: bool = False,
+    part_check: Callable[[Any], Any] | None = None,
 ) -> ShardedPosterior:
     r"""Condition a GP on ``y`` across a mesh; the factor is kept in its sharded tiles.
 
@@ -441,6 +452,9 @@ def condition(
         check: raise :class:`gpchol.NotPositiveDefiniteError` when the factorization
             fails (needs concrete values, outside ``jit``); without it the predictions
             are NaN and ``status`` says why.
+        part_check: optional ``part -> part or None``, called on every ``kernel=`` of
+            the predictions (the GP layer passes its check that ``part`` is a part of the
+            model; ``None`` returned means the whole model).
 
     Returns:
         A :class:`ShardedPosterior`.
@@ -491,4 +505,5 @@ def condition(
         status,
         jnp.asarray(extra, Xa.dtype),
         block_size,
+        part_check,
     )
