@@ -20,8 +20,10 @@ Differences from scikit-learn's estimator:
   Hyperparameters are fixed by name with ``fixed`` (the paths
   :meth:`GaussianProcessRegressor.hyperparameter_names` lists) instead of a kernel's
   ``*_bounds="fixed"``.
-* ``optimizer`` is ``"lbfgs"`` (the default; ``"fmin_l_bfgs_b"`` is accepted as its
-  alias), ``"adam"`` or ``None`` (keep the kernel as given).
+* ``optimizer`` is ``"lbfgs"`` (the default: :func:`gpchol.fit`'s optax L-BFGS, one
+  compiled step), ``"fmin_l_bfgs_b"`` (SciPy's L-BFGS-B, scikit-learn's optimiser, on
+  gpchol's compiled value and gradient), ``"adam"`` (:func:`gpchol.fit`), or ``None``
+  (keep the kernel as given).
 * :meth:`GaussianProcessRegressor.log_marginal_likelihood` takes a gpchol kernel (not a
   ``theta`` vector); its gradient is a kernel of gradients.
 * One target (``y`` of shape ``(n,)``); ``y`` of shape ``(n, 1)`` is accepted with
@@ -55,12 +57,20 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from gpchol import GaussianProcess, Positive, Transform, fit, kernels
+from gpchol import (
+    GaussianProcess,
+    Positive,
+    Transform,
+    fit,
+    kernels,
+    to_constrained,
+    to_unconstrained,
+)
 from gpchol.cli.spec import LogPositive
 
 __all__ = ["GaussianProcessRegressor"]
 
-_OPTIMIZERS = {"lbfgs": "lbfgs", "fmin_l_bfgs_b": "lbfgs", "adam": "adam"}
+_OPTIMIZERS = {"lbfgs": "lbfgs", "fmin_l_bfgs_b": "fmin_l_bfgs_b", "adam": "adam"}
 
 
 def _is_transform(x: Any) -> bool:
@@ -128,6 +138,53 @@ class _Hyperparameters:
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
 
 
+def _scipy_lbfgsb(
+    hp: _Hyperparameters, lml: Any, *, restarts: int, rng: np.random.RandomState, max_steps: int
+) -> Any:
+    """SciPy's L-BFGS-B (scikit-learn's optimiser) on gpchol's jitted value and gradient.
+
+    Minimises ``-lml(kernel)`` over the free hyperparameters in unconstrained space (the
+    positive ones on the log scale, as scikit-learn), from the given values and
+    ``restarts`` random perturbations of them (``+ N(0, 1)`` in unconstrained space).
+    Only the value-and-gradient is compiled (once); SciPy drives the iterations.
+
+    Returns:
+        SciPy's ``OptimizeResult`` of the best start, with ``params`` (the unconstrained
+        hyperparameters, a dict) and ``restart_losses`` added.
+    """
+    from jax.flatten_util import ravel_pytree
+    from scipy.optimize import minimize
+
+    u0, unravel = ravel_pytree(to_unconstrained(hp.initial(), hp.transforms))
+
+    @jax.jit
+    def value_and_grad(u: jax.Array) -> tuple[jax.Array, jax.Array]:
+        def loss(v: jax.Array) -> jax.Array:
+            return -lml(hp.kernel(to_constrained(unravel(v), hp.transforms)))
+
+        return jax.value_and_grad(loss)(u)
+
+    def f(x: np.ndarray) -> tuple[float, np.ndarray]:
+        v, g = value_and_grad(jnp.asarray(x))
+        v, g = float(v), np.asarray(g, np.float64)
+        if not (np.isfinite(v) and np.all(np.isfinite(g))):
+            return np.inf, np.zeros_like(g)  # the line search steps back
+        return v, g
+
+    x0 = np.asarray(u0, np.float64)
+    best, losses = None, []
+    for r in range(restarts + 1):
+        start = x0 if r == 0 else x0 + rng.standard_normal(x0.shape)
+        res = minimize(f, start, jac=True, method="L-BFGS-B", options={"maxiter": max_steps})
+        losses.append(float(res.fun))
+        if best is None or (np.isfinite(res.fun) and not res.fun >= best.fun):
+            best = res
+    assert best is not None
+    best.params = unravel(jnp.asarray(best.x))
+    best.restart_losses = losses
+    return best
+
+
 class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     r"""Exact Gaussian-process regression with scikit-learn's estimator interface.
 
@@ -136,8 +193,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             ``1.0 * ExpSquared(lengthscale=1.0)`` (scikit-learn's default kernel).
         alpha: added to the diagonal of the training covariance: the observation-noise
             variance, a number or one per training point, shape ``(n,)``. Default 1e-10.
-        optimizer: ``"lbfgs"`` (:func:`gpchol.fit`'s L-BFGS; alias ``"fmin_l_bfgs_b"``),
-            ``"adam"``, or ``None`` to keep the kernel's hyperparameters as given.
+        optimizer: ``"lbfgs"`` (:func:`gpchol.fit`'s L-BFGS), ``"fmin_l_bfgs_b"`` (SciPy's
+            L-BFGS-B on gpchol's value and gradient), ``"adam"`` (:func:`gpchol.fit`), or
+            ``None`` to keep the kernel's hyperparameters as given.
         n_restarts_optimizer: extra starts from random perturbations of the initial
             (unconstrained) hyperparameters; the best likelihood wins.
         normalize_y: subtract the mean of ``y`` and divide by its std before fitting (the
@@ -158,7 +216,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         log_marginal_likelihood_value_: the log marginal likelihood of ``kernel_``.
         posterior_: the gpchol :class:`~gpchol.Posterior` behind the predictions (NumPy
             float64 leaves; compute with it under ``jax.enable_x64(True)``).
-        fit_result_: :func:`gpchol.fit`'s :class:`~gpchol.FitResult` (``None`` when no
+        fit_result_: :func:`gpchol.fit`'s :class:`~gpchol.FitResult`, or with
+            ``"fmin_l_bfgs_b"`` SciPy's ``OptimizeResult`` (``None`` when no
             hyperparameter was optimised).
         n_features_in_: ``d``.
 
@@ -213,7 +272,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             return None
         if not isinstance(self.optimizer, str) or self.optimizer not in _OPTIMIZERS:
             raise ValueError(
-                f"optimizer must be 'lbfgs' (alias 'fmin_l_bfgs_b'), 'adam' or None; got "
+                f"optimizer must be 'lbfgs', 'fmin_l_bfgs_b', 'adam' or None; got "
                 f"{self.optimizer!r}"
             )
         return _OPTIMIZERS[self.optimizer]
@@ -264,7 +323,17 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             kernel0 = _as_float64_leaves(kernel0)
             hp = _Hyperparameters(kernel0, self.fixed)
             result = None
-            if optimizer is not None and hp.free:
+            if optimizer == "fmin_l_bfgs_b" and hp.free:
+                result = _scipy_lbfgsb(
+                    hp,
+                    lambda k: GaussianProcess(k, Xj, noise=nj).log_marginal_likelihood(yj),
+                    restarts=int(self.n_restarts_optimizer),
+                    rng=check_random_state(self.random_state),
+                    max_steps=int(self.max_steps),
+                )
+                fitted = to_constrained(result.params, hp.transforms)
+                kernel_ = _as_float64_leaves(hp.kernel(fitted))
+            elif optimizer is not None and hp.free:
                 seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
                 result = fit(
                     lambda p: GaussianProcess(hp.kernel(p), Xj, noise=nj),

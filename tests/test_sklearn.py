@@ -101,10 +101,13 @@ def test_gradient_matches_scikit_learns(rng: np.random.Generator) -> None:
     np.testing.assert_allclose(ours_log, g_ref, rtol=1e-7, atol=1e-9)
 
 
-def test_fit_reaches_scikit_learns_optimum(rng: np.random.Generator) -> None:
+@pytest.mark.parametrize("optimizer", ["lbfgs", "fmin_l_bfgs_b"])
+def test_fit_reaches_scikit_learns_optimum(optimizer: str, rng: np.random.Generator) -> None:
     X, y = data(rng, n=30)
     ours = GaussianProcessRegressor(
-        1.0 * kernels.ExpSquared(lengthscale=np.ones(2)) + kernels.White(0.1), normalize_y=True
+        1.0 * kernels.ExpSquared(lengthscale=np.ones(2)) + kernels.White(0.1),
+        normalize_y=True,
+        optimizer=optimizer,
     ).fit(X, y)
     ref = SkGPR(
         sk.ConstantKernel(1.0) * sk.RBF(np.ones(2)) + sk.WhiteKernel(0.1), normalize_y=True
