@@ -330,6 +330,10 @@ def run_fit(args: argparse.Namespace) -> int:
         raise CLIError(f"--steps must be >= 0 (got {args.steps})")
     if args.resume and not args.checkpoint:
         raise CLIError("--resume needs --checkpoint PATH")
+    if getattr(args, "group", None) is not None:  # one GP per group (gpchol.cli.group)
+        from gpchol.cli.group import run_group_fit
+
+        return run_group_fit(args, _float_dtype(args.float32))
     out, png = _fit_outputs(args)
     dtype = _float_dtype(args.float32)
     model, source, extrapolate = _fit_data(args)

@@ -124,6 +124,11 @@ def _add_fit(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--y", metavar="COL", help="target column name")
     p.add_argument("--kernel", metavar="SPEC", help="kernel SPEC (default 'rbf+white')")
     p.add_argument(
+        "--group",
+        metavar="COL",
+        help="fit one GP per value of this column, all at once; one JSON of all models",
+    )
+    p.add_argument(
         "--steps", type=_integer(0), default=200, help="max optimiser steps (default 200)"
     )
     p.add_argument("--optimizer", choices=("lbfgs", "adam"), default="lbfgs")
