@@ -64,8 +64,8 @@ import os
 import platform
 import re
 import sys
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -174,7 +174,7 @@ def _gpchol_internal(name: str) -> type | None:
 class _Classes:
     """The classes one :func:`load` may build: gpchol's and the ones the caller passed."""
 
-    def __init__(self, classes: Iterable[type], fail: Any) -> None:
+    def __init__(self, classes: Iterable[type], fail: Callable[[str], NoReturn]) -> None:
         self.public = _public_classes()
         self.user: dict[str, type] = {}
         self.by_qualname: dict[str, list[type]] = {}
@@ -202,7 +202,7 @@ class _Classes:
         if len(matches) == 1:
             return matches[0]
         short = name.rsplit(".", 1)[-1]
-        self.fail(
+        return self.fail(
             f"it holds an object of class {name!r}, which is not one of gpchol's; pass the "
             f"class to load, e.g. gpchol.load(path, classes=[{short}]) (a file never makes "
             "gpchol import a module)"
@@ -444,7 +444,7 @@ class _Reader:
         self.classes = _Classes(classes, self.fail)
         self.arrays: dict[str, Any] = {}
 
-    def fail(self, problem: str) -> Any:
+    def fail(self, problem: str) -> NoReturn:
         raise SaveFileError(f"file {self.path}: {problem}")
 
     # -------------------------------------------------------------- the document
