@@ -74,7 +74,7 @@ from gpchol._linalg.cholesky import guarded_chol
 from gpchol._linalg.gaussian import LOG_2PI, DenseCovariance, GaussianRule, gaussian_loglik
 from gpchol._linalg.solve import cho_inverse, solve_triangular
 from gpchol._routing import cholesky_with_status
-from gpchol.distributed import gaussian_log_likelihood
+from gpchol.distributed import ShardedPosterior, gaussian_log_likelihood
 from gpchol.kernels import Kernel
 from gpchol.means import as_mean
 
@@ -469,16 +469,6 @@ def _diag_term(noise: ArrayLike, jitter: float | None, n: int, dtype: DTypeLike)
     return d + (jitter or 0.0)
 
 
-def _scalar_noise(noise: ArrayLike) -> jax.Array:
-    noise = jnp.asarray(noise)
-    if noise.ndim != 0:
-        raise ValueError(
-            "with mesh=..., noise must be a scalar variance (the sharded likelihood adds one "
-            f"value to the diagonal); got shape {tuple(noise.shape)}."
-        )
-    return noise
-
-
 @partial(jax.jit, static_argnums=(1,))
 def _relative_jitter_factor(C: jax.Array, jitter: tuple[float, ...]) -> jax.Array:
     """Lower factor of an ``(m, m)`` posterior covariance ``C``, with a relative jitter.
@@ -514,7 +504,7 @@ class GaussianProcessMarginal(MultivariateNormal):
         mesh: ``None`` (one device), or a ``jax.sharding.Mesh``: then ``log_prob``
             is computed by ``gpchol.distributed.gaussian_log_likelihood(kernel, kernel,
             X, y - m(X), noise + jitter, mesh)`` (each device builds and factors only its
-            own covariance tiles; ``noise`` must then be a scalar). On this path only
+            own covariance tiles; ``noise`` a scalar or ``(n,)``). On this path only
             ``log_prob`` (of one ``(n,)`` vector) is sharded: ``sample``, ``scale_tril``
             and the matrix properties build the dense matrix, and a failure follows that
             function's status (a failed status or NaN is mapped to ``-inf``; the gradient
@@ -558,7 +548,6 @@ class GaussianProcessMarginal(MultivariateNormal):
         self.mesh = mesh
         loc = self.mean_function(X)
         if mesh is not None:
-            _scalar_noise(noise)
             self._kind = "covariance_matrix"
             self.loc = loc
             self._factor_cache = None
@@ -608,7 +597,7 @@ class GaussianProcessMarginal(MultivariateNormal):
                 f"with mesh=..., log_prob takes one observation vector of shape ({n},); "
                 f"got shape {tuple(value.shape)}."
             )
-        noise = _scalar_noise(self.noise) + (self.jitter or 0.0)
+        noise = jnp.asarray(self.noise) + (self.jitter or 0.0)
         out = gaussian_log_likelihood(
             self.kernel, self.kernel, self.X, value - self.loc, noise, self.mesh
         )
@@ -616,7 +605,7 @@ class GaussianProcessMarginal(MultivariateNormal):
         return jnp.where((status != 0) | jnp.isnan(lp), -jnp.inf, lp)
 
     # ------------------------------------------------------------------ posterior
-    def condition(self, y: ArrayLike) -> Posterior:
+    def condition(self, y: ArrayLike) -> Posterior | ShardedPosterior:
         """The GP posterior given observations ``y`` at ``X`` (a :class:`gpchol.Posterior`).
 
         The same model as this distribution (kernel, noise, mean, jitter), conditioned by
@@ -630,7 +619,8 @@ class GaussianProcessMarginal(MultivariateNormal):
             y: ``(n,)`` observations.
 
         Returns:
-            A :class:`gpchol.Posterior`.
+            A :class:`gpchol.Posterior` (a :class:`gpchol.distributed.ShardedPosterior`
+            when ``X`` is placed on a multi-device mesh).
 
         Raises:
             TypeError: the kernel is a plain callable, not a gpchol kernel (the posterior
@@ -721,6 +711,12 @@ class GaussianProcessMarginal(MultivariateNormal):
             mu, var = post.mean_and_variance(Xs, **opts)
             base = numpyro.distributions.Normal(mu, jnp.sqrt(var), validate_args=False)
             return base.to_event(1)
+        if not isinstance(post, Posterior):
+            raise ValueError(
+                "joint=True needs the m x m posterior covariance, which the sharded posterior "
+                "(X placed on a device mesh) does not form; pass joint=False for the "
+                "marginals, or X on one device."
+            )
         rel = check_jitter(jitter) or (0.0,)
         mu = post.mean(Xs, kernel=kernel)
         C = post.covariance(Xs, **opts)

@@ -294,6 +294,18 @@ def test_mesh_path_with_gpchol_distributed():
     assert _rel(d.log_prob(y), ref.log_prob(y)) < 1e-10
     with pytest.raises(ValueError, match="one observation"):
         d.log_prob(np.stack([y, y]))
+    # per-point noise on the sharded likelihood: value and gradient as on one device
+    noise = np.linspace(0.05, 0.2, 16)
+
+    def lp(k, noise, mesh):
+        return gnp.GaussianProcessMarginal(k, X, noise, mean=0.2, mesh=mesh).log_prob(y)
+
+    vg = jax.jit(jax.value_and_grad(lp, argnums=(0, 1)), static_argnums=2)
+    v1, g1 = vg(k, noise, None)
+    v2, g2 = vg(k, noise, mesh)
+    assert _rel(v2, v1) < 1e-10
+    for a, b in zip(jax.tree_util.tree_leaves(g2), jax.tree_util.tree_leaves(g1), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9)
 
 
 def _run_nuts(mvn, X, y, seed):
