@@ -29,9 +29,12 @@ from gpchol._cpu import ffi as cpu_ffi
 
 __all__ = ["HOST_MIN_N", "cho_inverse_cpu", "chol_solve_cpu", "compiled_lapack"]
 
-#: Below this order the tiled XLA inverse is used even on the CPU (XLA's fused small
-#: operations are then as fast as a LAPACK call).
-HOST_MIN_N = 128
+#: Below this order the tiled XLA inverse (one triangular solve and one product at such
+#: sizes) is used even on the CPU: it is then as fast as a LAPACK call. From n = 32 on,
+#: ``potri`` in place is faster (value and gradient of a GP on this project's 2-core CPU,
+#: n = 50 and 100: 0.8x and 0.95x the time of the tiled inverse; at n = 20 the tiled
+#: inverse was faster; benchmarks/bench_small.py).
+HOST_MIN_N = 32
 
 
 def compiled_lapack() -> bool:

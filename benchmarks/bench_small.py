@@ -1,0 +1,213 @@
+"""Small GPs, fast from the first second: gpchol against plain JAX and tinygp, side by side.
+
+Sections (one run, same inputs for every library, :mod:`benchmarks._common`):
+
+1. **one step**: ``jit(value_and_grad(log p))`` wrt (amplitude, lengthscale, noise) of an
+   ExpSquared GP at n = 20, 50, 100, 200, 500: gpchol's ``GaussianProcess`` and
+   ``mvn_logpdf``, plain JAX (``jnp.linalg.cholesky`` + autodiff) and tinygp;
+2. **vmapped batches**: ``jit(vmap(value_and_grad(log p)))`` over B independent GPs (own
+   inputs, targets and hyperparameters) at (B, n) = (1024, 20), (256, 32), (64, 128);
+3. **batched fit**: :mod:`benchmarks.bench_batched` when it is there (B = 1000 GPs of
+   n = 50 to convergence);
+4. **the command line end to end**: ``gpchol fit`` (CO2 default) in fresh processes, cold
+   and warm compilation cache, with and without the plot, against scikit-learn's fit of the
+   same model in a fresh process (:mod:`benchmarks.co2_vs_sklearn`).
+
+Timing: the libraries run in turn within each repeat (so a change of load hits all of
+them alike); each repeat times a loop of calls lasting about ``--chunk`` seconds; the
+tables give the median over ``--repeats`` repeats and the ratios ``t_peer / t_gpchol``
+(above 1: gpchol faster) as the median of the per-repeat ratios.
+
+Usage::
+
+    python -m benchmarks.bench_small [--quick] [--sections step,vmap,fit,cli]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SIZES = (20, 50, 100, 200, 500)
+BATCHES = ((1024, 20), (256, 32), (64, 128))
+STEP_LIBS = ("gpchol-gp", "gpchol", "jax-default", "tinygp")
+REF = "gpchol-gp"
+
+
+def _interleaved(fns: dict[str, Callable[[], object]], repeats: int, chunk: float):
+    """Per library: the per-call time of each repeat (libraries in turn in each repeat)."""
+    loops = {}
+    for k, f in fns.items():
+        f()
+        t0 = time.perf_counter()
+        f()
+        loops[k] = max(1, int(chunk / max(time.perf_counter() - t0, 1e-7)))
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(loops[k]):
+                f()
+            times[k].append((time.perf_counter() - t0) / loops[k])
+    return times
+
+
+def _row(label: str, times: dict[str, list[float]], libs) -> str:
+    med = {k: statistics.median(v) for k, v in times.items()}
+    cells = [f"{label:>12s}"]
+    cells += [f"{med[k] * 1e6:10.0f}" for k in libs]
+    for peer in ("jax-default", "tinygp"):
+        if peer in times:
+            r = statistics.median(a / b for a, b in zip(times[peer], times[REF], strict=True))
+            cells.append(f"{r:8.2f}x")
+    return " ".join(cells)
+
+
+def _header(first: str, libs) -> str:
+    cells = [f"{first:>12s}"] + [f"{k[:10]:>10s}" for k in libs]
+    cells += [f"{'vs ' + p[:5]:>9s}" for p in ("jax-default", "tinygp")]
+    return " ".join(cells) + "   (us per call; ratio = t_peer / t_gpchol-gp)"
+
+
+def _libs(report) -> list[str]:
+    from benchmarks.peers import available
+
+    return [k for k in available(STEP_LIBS, report=report) if k in STEP_LIBS]
+
+
+def section_step(sizes, repeats: int, chunk: float) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks._common import THETA, problem
+    from benchmarks.peers import ADAPTERS
+
+    libs = _libs(print)
+    print("\n== one value-and-gradient step, jit, float64 ==")
+    print(_header("n", libs))
+    th = jnp.asarray(THETA)
+    for n in sizes:
+        X, y = (jnp.asarray(a) for a in problem(n))
+        fns = {}
+        for k in libs:
+            f = jax.jit(jax.value_and_grad(ADAPTERS[k].logp))
+            fns[k] = lambda f=f, X=X, y=y: jax.block_until_ready(f(th, X, y))
+        print(_row(str(n), _interleaved(fns, repeats, chunk), libs), flush=True)
+
+
+def section_vmap(batches, repeats: int, chunk: float) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks._common import THETA, problem
+    from benchmarks.peers import ADAPTERS
+
+    libs = _libs(lambda *a: None)
+    print("\n== vmapped batches: B independent GPs, jit(vmap(value_and_grad)), float64 ==")
+    print(_header("(B, n)", libs))
+    for B, n in batches:
+        data = [problem(n, seed=s) for s in range(B)]
+        X = jnp.asarray(np.stack([d[0] for d in data]))
+        y = jnp.asarray(np.stack([d[1] for d in data]))
+        rng = np.random.default_rng(1)
+        th = jnp.asarray(THETA * np.exp(0.2 * rng.standard_normal((B, 3))))
+        fns = {}
+        for k in libs:
+            f = jax.jit(jax.vmap(jax.value_and_grad(ADAPTERS[k].logp)))
+            fns[k] = lambda f=f, th=th, X=X, y=y: jax.block_until_ready(f(th, X, y))
+        print(_row(f"({B}, {n})", _interleaved(fns, repeats, chunk), libs), flush=True)
+
+
+def section_fit(quick: bool) -> None:
+    print("\n== batched fit ==")
+    try:
+        from benchmarks import bench_batched  # helper H5's benchmark (issue 16 item 5)
+    except ImportError:
+        print("benchmarks/bench_batched.py is not there; skipped")
+        return
+    bench_batched.main(["--quick"] if quick else [])
+
+
+def _timed(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=1800)
+    wall = time.perf_counter() - t0
+    if p.returncode not in (0, 1):
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr[-2000:]}")
+    return wall, p.stdout
+
+
+def section_cli(quick: bool) -> None:
+    """``gpchol fit`` end to end in fresh processes, cold and warm cache, vs scikit-learn."""
+    print("\n== gpchol fit (CO2 default, n = 521) end to end, fresh processes ==")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("XLA_FLAGS", None)
+    env.pop("GPCHOL_CACHE_DIR", None)
+    steps = ["--steps", "10"] if quick else []
+    with tempfile.TemporaryDirectory() as tmp:
+        fit = [sys.executable, "-m", "gpchol.cli", "fit", "--quiet", *steps]
+        rows = []
+        for plot in (False, True):
+            cache = os.path.join(tmp, f"cache-{plot}")
+            extra = [] if plot else ["--no-plot"]
+            for label in ("cold", "warm"):
+                cmd = [*fit, *extra, "--cache-dir", cache, "--out", os.path.join(tmp, "m.json")]
+                wall, out = _timed(cmd, env, tmp)
+                line = next((x for x in out.splitlines() if "compile" in x), "")
+                rows.append((f"{label} cache, {'plot' if plot else 'no plot'}", wall, line))
+        code = (
+            "import time; t0 = time.perf_counter()\n"
+            "from benchmarks.co2_vs_sklearn import _sklearn\n"
+            "r = _sklearn(0)['R&W init']\n"
+            "print(f'{r[1]:.3f} {r[0]:.4f}')\n"
+        )
+        wall_sk, out = _timed([sys.executable, "-c", code], env, str(ROOT))
+        fit_sk, lml_sk = (float(x) for x in out.split())
+    for label, wall, line in rows:
+        summary = line.split("(", 1)[-1].rstrip(")") if line else ""
+        print(f"  {label:22s} {wall:7.1f} s  ({wall / wall_sk:4.2f}x scikit-learn)  {summary}")
+    print(
+        f"  scikit-learn (R&W init, fresh process; it runs both of co2_vs_sklearn's fits) "
+        f"{wall_sk:7.1f} s, its R&W fit alone {fit_sk:.1f} s, LML {lml_sk:.3f}"
+    )
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    ap.add_argument("--sections", default="step,vmap,fit,cli")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--chunk", type=float, default=0.02, help="seconds per timed loop")
+    args = ap.parse_args(argv)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    sections = set(args.sections.split(","))
+    repeats = args.repeats or (5 if args.quick else 15)
+    print(f"jax {jax.__version__} on {jax.default_backend()}, {os.cpu_count()} CPUs")
+    if "step" in sections:
+        section_step((20, 100) if args.quick else SIZES, repeats, args.chunk)
+    if "vmap" in sections:
+        section_vmap(((256, 32),) if args.quick else BATCHES, repeats, args.chunk)
+    if "fit" in sections:
+        section_fit(args.quick)
+    if "cli" in sections:
+        section_cli(args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main())
