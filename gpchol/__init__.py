@@ -27,14 +27,16 @@ from gpchol._gp import (
     SingularCovarianceWarning,
 )
 from gpchol._linalg.solve import cho_inverse, cho_solve, logdet, mvn_logpdf, solve_triangular
+from gpchol._persist import SaveFileError, load, save
 from gpchol._routing import cholesky, cholesky_with_status
 from gpchol.means import as_mean
 
 __version__ = "0.1.0"
 
-# Submodules imported on first attribute access: ``gpchol.numpyro`` imports NumPyro and
-# ``gpchol.distributed`` sets up mesh machinery; neither is paid for by ``import gpchol``.
-_LAZY_SUBMODULES = ("distributed", "numpyro")
+# Submodules imported on first attribute access: ``gpchol.numpyro`` imports NumPyro,
+# ``gpchol.sklearn`` scikit-learn and ``gpchol.distributed`` sets up mesh machinery; none is
+# paid for by ``import gpchol``.
+_LAZY_SUBMODULES = ("distributed", "numpyro", "sklearn")
 
 
 def __getattr__(name: str) -> _types.ModuleType:
@@ -60,6 +62,7 @@ __all__ = [
     "NotPositiveDefiniteError",
     "Positive",
     "Posterior",
+    "SaveFileError",
     "SingularCovarianceWarning",
     "Transform",
     "__version__",
@@ -71,9 +74,11 @@ __all__ = [
     "datasets",
     "fit",
     "kernels",
+    "load",
     "logdet",
     "means",
     "mvn_logpdf",
+    "save",
     "solve_triangular",
     "to_constrained",
     "to_unconstrained",
