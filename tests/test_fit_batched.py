@@ -52,8 +52,10 @@ def alone(x, y, **kw):
 # ------------------------------------------------------------------ same as gpchol.fit
 
 
-@pytest.mark.parametrize("vectorize", [1, 2])
-def test_equal_sizes_match_fit_per_problem(rng, vectorize):
+def test_equal_sizes_match_fit_per_problem(rng):
+    """Groups of 2 vmapped problems (and a remainder of 1); unequal sizes and the other
+    tests run the default, one problem per group."""
+    vectorize = 2
     X, y = data(rng, [12, 12, 12])
     res = fit_batched(
         build,
