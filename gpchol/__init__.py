@@ -26,6 +26,7 @@ from gpchol._gp import (
     Posterior,
     SingularCovarianceWarning,
 )
+from gpchol._gp.posterior import additive_terms
 from gpchol._linalg.solve import cho_inverse, cho_solve, logdet, mvn_logpdf, solve_triangular
 from gpchol._persist import SaveFileError, load, save
 from gpchol._routing import cholesky, cholesky_with_status
@@ -66,6 +67,7 @@ __all__ = [
     "SingularCovarianceWarning",
     "Transform",
     "__version__",
+    "additive_terms",
     "as_mean",
     "cho_inverse",
     "cho_solve",

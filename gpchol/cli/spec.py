@@ -265,15 +265,15 @@ class ModelSpec:
         """
         p = {k: jnp.asarray(v) for k, v in params.items()}
         if self.spec == "co2":
-            long = p["long.amplitude"] * K.ExpSquared(p["long.lengthscale"])
+            long = p["long.amplitude"] * K.ExpSquared(lengthscale=p["long.lengthscale"])
             seasonal = p["seasonal.amplitude"] * (
-                K.ExpSquared(p["seasonal.decay"])
+                K.ExpSquared(lengthscale=p["seasonal.decay"])
                 * K.Periodic(lengthscale=p["seasonal.smoothness"], period=1.0)
             )
             medium = p["medium.amplitude"] * K.RationalQuadratic(
                 lengthscale=p["medium.lengthscale"], alpha=p["medium.alpha"]
             )
-            short = p["short.amplitude"] * K.ExpSquared(p["short.lengthscale"])
+            short = p["short.amplitude"] * K.ExpSquared(lengthscale=p["short.lengthscale"])
             return cast(K.Kernel, long + seasonal + medium + short), p["noise"]
         terms = []
         for i, kinds in enumerate(self.terms):
