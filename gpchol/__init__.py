@@ -16,7 +16,15 @@ from gpchol._base.transforms import (
     to_constrained,
     to_unconstrained,
 )
-from gpchol._fit import CheckpointError, FitInterrupted, FitResult, FitTerminated, fit
+from gpchol._fit import (
+    BatchedFitResult,
+    CheckpointError,
+    FitInterrupted,
+    FitResult,
+    FitTerminated,
+    fit,
+    fit_batched,
+)
 from gpchol._gp import (
     Coregionalization,
     GaussianProcess,
@@ -49,6 +57,7 @@ def __getattr__(name: str) -> _types.ModuleType:
 
 
 __all__ = [
+    "BatchedFitResult",
     "Bounded",
     "CheckpointError",
     "Coregionalization",
@@ -75,6 +84,7 @@ __all__ = [
     "cholesky_with_status",
     "datasets",
     "fit",
+    "fit_batched",
     "kernels",
     "load",
     "logdet",
