@@ -44,7 +44,7 @@ Example:
     >>> import os, tempfile
     >>> import jax.numpy as jnp
     >>> from gpchol import GaussianProcess, kernels
-    >>> from gpchol._persist import load, save
+    >>> from gpchol import load, save
     >>> k = 2.0 * kernels.ExpSquared(lengthscale=jnp.array([0.5, 1.5])) + kernels.White(0.1)
     >>> gp = GaussianProcess(k, jnp.ones((3, 2)), noise=1e-2)
     >>> path = os.path.join(tempfile.mkdtemp(), "gp.json")
@@ -373,7 +373,7 @@ def save(obj: Any, path: str | os.PathLike[str]) -> None:
     Example:
         >>> import os, tempfile
         >>> from gpchol import kernels
-        >>> from gpchol._persist import load, save
+        >>> from gpchol import load, save
         >>> path = os.path.join(tempfile.mkdtemp(), "k.json")
         >>> save(kernels.Matern52(lengthscale=0.7, active_dims=(1,)), path)
         >>> load(path)
@@ -643,7 +643,7 @@ def load(path: str | os.PathLike[str], *, classes: Iterable[type] = ()) -> Any:
         >>> import os, tempfile
         >>> import jax.numpy as jnp
         >>> from gpchol import means
-        >>> from gpchol._persist import load, save
+        >>> from gpchol import load, save
         >>> path = os.path.join(tempfile.mkdtemp(), "m.json")
         >>> save({"mean": means.Linear(weights=jnp.array([1.0, -2.0])), "note": "x"}, path)
         >>> back = load(path)
