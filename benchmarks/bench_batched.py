@@ -59,8 +59,7 @@ def problems(B: int, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def _gpchol(X, y, vectorize: int) -> tuple[float, np.ndarray, Any]:
     import jax.numpy as jnp
 
-    from gpchol import GaussianProcess, Positive, kernels
-    from gpchol._fit import fit_batched
+    from gpchol import GaussianProcess, Positive, fit_batched, kernels
 
     t = {"amp": Positive(), "ls": Positive(), "noise": Positive()}
     p0 = dict(zip(("amp", "ls", "noise"), P0, strict=True))

@@ -13,12 +13,18 @@ that the package's private modules can be rearranged without touching them.
 * :func:`backend`, :func:`default_tile_size`: the factorization backends and tile rule;
 * :func:`maybe_sharded_cholesky`: the routing of sharded inputs;
 * ``distributed_api``, ``distributed_local``: modules of the sharded layer (tile defaults,
-  the collectives record used by ``benchmarks/bench_distributed.py``).
+  the collectives record used by ``benchmarks/bench_distributed.py``);
+* ``fit_batched_module``, ``posterior_module``, ``persist_module``: the modules behind
+  :func:`gpchol.fit_batched`, :class:`gpchol.Posterior` and :func:`gpchol.save` (status
+  codes, block-size rule, jit caches, the file format's version).
 """
 
+from gpchol import _persist as persist_module
 from gpchol._base import io
 from gpchol._cpu import ffi as cpu_ffi
 from gpchol._cuda import ffi as cuda_ffi
+from gpchol._fit import batched as fit_batched_module
+from gpchol._gp import posterior as posterior_module
 from gpchol._linalg import host_lapack
 from gpchol._linalg.backends import backend
 from gpchol._linalg.blocks import default_tile_size
@@ -35,7 +41,10 @@ __all__ = [
     "default_tile_size",
     "distributed_api",
     "distributed_local",
+    "fit_batched_module",
     "host_lapack",
     "io",
     "maybe_sharded_cholesky",
+    "persist_module",
+    "posterior_module",
 ]

@@ -24,12 +24,13 @@ import numpy as np
 import pytest
 
 import gpchol
-from gpchol import GaussianProcess, Positive, kernels
-from gpchol._fit import CheckpointError, fit_batched
-from gpchol._fit import batched as batched_module
-from gpchol._fit.batched import FAILED, padded_log_marginal_likelihood
+from gpchol import CheckpointError, GaussianProcess, Positive, fit_batched, kernels
+from gpchol._internal import fit_batched_module as batched_module
 from gpchol.cli import main
 from gpchol.cli.model import Model
+
+FAILED = batched_module.FAILED
+padded_log_marginal_likelihood = batched_module.padded_log_marginal_likelihood
 
 T = {"amp": Positive(), "ls": Positive(), "noise": Positive()}
 P0 = {"amp": 1.0, "ls": 1.0, "noise": 0.1}

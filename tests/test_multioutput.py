@@ -15,8 +15,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from jax.test_util import check_grads
 
-from gpchol import Positive, fit, kernels
-from gpchol._gp import Coregionalization, MultiOutputGP, MultiOutputPosterior
+from gpchol import Coregionalization, MultiOutputGP, MultiOutputPosterior, Positive, fit, kernels
 
 TOL = {np.float32: 2e-4, np.float64: 1e-10}
 
@@ -251,7 +250,9 @@ def test_fit(rng):
     c0 = Coregionalization(np.array([[0.5], [0.5]]), np.array([0.5, 0.5]))
     p0 = {"ls": 1.0, "coreg": c0, "noise": np.array([0.1, 0.1])}
     t = {"ls": Positive(), "coreg": c0.default_transforms(), "noise": Positive()}
-    res = fit(model, p0, y, transforms=t, steps=200, progress=False)
+    # a tight stopping tolerance: the W-kappa valley of B = W W^T + diag(kappa) is flat, and
+    # the default (loss change 1e-9) stops where the gradient is still ~1e-3 in W
+    res = fit(model, p0, y, transforms=t, steps=500, tol=1e-13, progress=False)
     assert res.success, res.message
     lml = jax.jit(lambda p: model(p).log_marginal_likelihood(y))
     assert res.log_marginal_likelihood > float(lml(p0)) + 1.0

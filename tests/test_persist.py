@@ -19,9 +19,21 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gpchol import GaussianProcess, Positive, fit, kernels, means
-from gpchol._base.transforms import Bounded, Identity
-from gpchol._persist import FORMAT_VERSION, SaveFileError, load, save
+from gpchol import (
+    Bounded,
+    GaussianProcess,
+    Identity,
+    Positive,
+    SaveFileError,
+    fit,
+    kernels,
+    load,
+    means,
+    save,
+)
+from gpchol._internal import persist_module
+
+FORMAT_VERSION = persist_module.FORMAT_VERSION
 
 DTYPES = [np.float32, np.float64]
 

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from gpchol import GaussianProcess, NotPositiveDefiniteError, kernels
-from gpchol._gp.posterior import Posterior, additive_terms, default_block_size
+from gpchol import GaussianProcess, NotPositiveDefiniteError, Posterior, additive_terms, kernels
+from gpchol._internal import posterior_module
+
+default_block_size = posterior_module.default_block_size
 
 # ------------------------------------------------------------------ NumPy references
 
@@ -167,7 +169,7 @@ def test_samples_of_f_and_y(problem, include_noise):
 
 
 def test_jit_once_per_shape(problem):
-    from gpchol._gp import posterior as mod
+    mod = posterior_module
 
     X, y, Xs = problem
     post = gp_of(X).condition(y)

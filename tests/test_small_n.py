@@ -18,7 +18,10 @@ from jax.test_util import check_grads
 
 import gpchol
 from gpchol import GaussianProcess, kernels
-from gpchol._linalg.host_lapack import HOST_MIN_N, compiled_lapack
+from gpchol._internal import host_lapack
+
+HOST_MIN_N = host_lapack.HOST_MIN_N
+compiled_lapack = host_lapack.compiled_lapack
 
 SIZES = [1, 2, 7, HOST_MIN_N - 1, HOST_MIN_N, 50]
 TOL = {np.float64: 1e-10, np.float32: 2e-4}
