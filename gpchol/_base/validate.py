@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import AbstractMesh, Mesh, NamedSharding
 from jax.typing import ArrayLike
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -133,3 +134,22 @@ def check_jitter(jitter: object, *, schedule: bool = True) -> tuple[float, ...] 
             raise ValueError(f"jitter values must be finite and >= 0; got {v!r}.")
         out.append(f)
     return tuple(out)
+
+
+def input_mesh(X: object) -> Mesh | AbstractMesh | None:
+    """The mesh of ``X`` when it is placed on a multi-device mesh (the sharded path).
+
+    Reads ``X.sharding`` (a concrete array) or its abstract value's sharding (a traced
+    one); ``None`` for anything on one device.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> input_mesh(jnp.zeros(3)) is None
+        True
+    """
+    s = getattr(X, "sharding", None)
+    if not isinstance(s, NamedSharding):
+        s = getattr(getattr(X, "aval", None), "sharding", None)
+    if isinstance(s, NamedSharding) and s.mesh.size > 1:
+        return s.mesh
+    return None

@@ -48,11 +48,16 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AbstractMesh, Mesh
 from jax.typing import ArrayLike, DTypeLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
-from gpchol._base.validate import as_inputs, check_jitter, check_tile_size, is_concrete
+from gpchol._base.validate import (
+    as_inputs,
+    check_jitter,
+    check_tile_size,
+    input_mesh,
+    is_concrete,
+)
 from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
 from gpchol._gp.posterior import Posterior, model_part
 from gpchol._linalg.backends import resolve_backend, tile_for
@@ -92,18 +97,6 @@ def _concrete_check(X: ArrayLike, noise: ArrayLike) -> None:
             "noise (the observation-noise variance) must be finite and >= 0; got "
             f"{nz if nz.ndim == 0 else 'an array with negative or non-finite values'}."
         )
-
-
-def _input_mesh(X: object) -> Mesh | AbstractMesh | None:
-    """The mesh of ``X`` when it is placed on a multi-device mesh (the sharded path)."""
-    from jax.sharding import NamedSharding
-
-    s = getattr(X, "sharding", None)
-    if not isinstance(s, NamedSharding):
-        s = getattr(getattr(X, "aval", None), "sharding", None)
-    if isinstance(s, NamedSharding) and s.mesh.size > 1:
-        return s.mesh
-    return None
 
 
 # ----------------------------------------------------------------------------------------
@@ -408,7 +401,7 @@ class GaussianProcess:
         (its factor is never gathered). Costs one more factorization, eagerly only, when
         the value is finite.
         """
-        if not is_concrete(value) or _input_mesh(self.X) is not None:
+        if not is_concrete(value) or input_mesh(self.X) is not None:
             return
         if not bool(np.all(np.isfinite(np.asarray(value)))):
             return
@@ -482,7 +475,7 @@ class GaussianProcess:
 
     def _lml_with_status(self, y: ArrayLike) -> tuple[jax.Array, jax.Array]:
         r = self._residual(y)
-        mesh = _input_mesh(self.X)
+        mesh = input_mesh(self.X)
         if mesh is not None:
             return self._sharded_lml(r, mesh)
         if self.n == 0:
@@ -577,7 +570,7 @@ class GaussianProcess:
             (4,)
         """
         r = self._residual(y)
-        mesh = _input_mesh(self.X)
+        mesh = input_mesh(self.X)
         if mesh is not None:  # the factor stays in its block-cyclic tiles, never gathered
             from gpchol.distributed import condition as sharded_condition
 
@@ -621,7 +614,7 @@ class GaussianProcess:
 
         # X placed on a multi-device mesh: the distribution's log_prob takes the sharded path.
         return _gnp.GaussianProcessMarginal(
-            self.kernel, self.X, noise=self.noise, mean=self.mean, mesh=_input_mesh(self.X)
+            self.kernel, self.X, noise=self.noise, mean=self.mean, mesh=input_mesh(self.X)
         )
 
 

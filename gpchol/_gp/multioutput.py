@@ -64,11 +64,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 from jax.typing import ArrayLike
 
 from gpchol._base.transforms import Positive
-from gpchol._base.validate import as_inputs, check_jitter, check_tile_size, is_concrete
+from gpchol._base.validate import (
+    as_inputs,
+    check_jitter,
+    check_tile_size,
+    input_mesh,
+    is_concrete,
+)
 from gpchol._linalg.backends import resolve_backend, tile_for
 from gpchol._linalg.blocks import default_tile_size, trsm
 from gpchol._linalg.gaussian import (
@@ -185,16 +191,6 @@ class Coregionalization:
 
 
 # ------------------------------------------------------------------------- helpers
-
-
-def _input_mesh(X: object) -> Mesh | AbstractMesh | None:
-    """The mesh of ``X`` when it is placed on a multi-device mesh (the sharded path)."""
-    s = getattr(X, "sharding", None)
-    if not isinstance(s, NamedSharding):
-        s = getattr(getattr(X, "aval", None), "sharding", None)
-    if isinstance(s, NamedSharding) and s.mesh.size > 1:
-        return s.mesh
-    return None
 
 
 def _as_tuple(x: Any, kind: type) -> tuple[Any, ...]:
@@ -478,7 +474,7 @@ class MultiOutputGP:
         """Whether the likelihood and posterior take the Kronecker shortcut (static)."""
         if self.kronecker is False or len(self.kernels) != 1 or not self._full:
             return False
-        return _input_mesh(self.X) is None
+        return input_mesh(self.X) is None
 
     def observed(self) -> jax.Array:
         """``(n, p)`` boolean mask of the observed entries (all True without a mask)."""
@@ -558,7 +554,7 @@ class MultiOutputGP:
         """
         R = self._residual(y)
         dtype = R.dtype
-        mesh = _input_mesh(self.X)
+        mesh = input_mesh(self.X)
         if mesh is not None:
             return self._sharded_lml(R, mesh)
         schedule = self.jitter or (0.0,)
@@ -651,7 +647,7 @@ class MultiOutputGP:
             >>> gp.condition(jnp.zeros((4, 2))).variance(jnp.array([0.5, 9.0])).shape
             (2, 2)
         """
-        mesh = _input_mesh(self.X)
+        mesh = input_mesh(self.X)
         return (self if mesh is None else self._replicated(mesh))._condition(y)
 
     def _condition(self, y: ArrayLike) -> MultiOutputPosterior:
