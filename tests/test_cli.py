@@ -193,6 +193,11 @@ def test_huge_x_values_are_standardized_not_ignored(
     assert mean[0] < -0.5 < 0.5 < mean[1]
 
 
+def _sigint_as_in_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_sigint_prints_interrupted_and_exits_130(tmp_path: pathlib.Path) -> None:
     (tmp_path / "d.csv").write_text("a,b\n" + "".join(f"{i},{(i * 7) % 5}\n" for i in range(8)))
     env = dict(os.environ)
@@ -207,6 +212,9 @@ def test_sigint_prints_interrupted_and_exits_130(tmp_path: pathlib.Path) -> None
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # as from a terminal: SIGINT delivered (a test runner may have it ignored or
+        # blocked, which the child would inherit)
+        preexec_fn=_sigint_as_in_a_terminal,
     )
     try:
         deadline = time.monotonic() + 180
@@ -220,7 +228,11 @@ def test_sigint_prints_interrupted_and_exits_130(tmp_path: pathlib.Path) -> None
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 130, err
+    assert proc.returncode == 130, (
+        f"exit {proc.returncode}; stderr {err!r}; the test process's SIGINT handler "
+        f"{signal.getsignal(signal.SIGINT)!r}, blocked "
+        f"{signal.pthread_sigmask(signal.SIG_BLOCK, set())}"
+    )
     assert "Traceback" not in err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert lines[-1].startswith("gpchol: interrupted"), err
