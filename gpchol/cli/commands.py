@@ -35,6 +35,7 @@ from gpchol.cli.csvio import format_predictions, read_csv
 from gpchol.cli.errors import CLIError
 from gpchol.cli.files import check_output, write_file
 from gpchol.cli.model import Model
+from gpchol.cli.parsing import fit_options
 from gpchol.cli.resources import (
     FIT_FLOPS,
     FIT_MATRICES,
@@ -261,14 +262,7 @@ def _fit_model(
             init,
             ys,
             transforms=model.spec.transforms(),
-            optimizer=args.optimizer,
-            steps=args.steps,
-            learning_rate=args.learning_rate,
-            tol=args.tol,
-            checkpoint=args.checkpoint,
-            checkpoint_every=args.checkpoint_every,
-            resume=args.resume,
-            progress=not args.quiet,
+            **fit_options(args),
         )
     except ValueError as e:
         raise CLIError(str(e)) from None

@@ -35,6 +35,7 @@ from gpchol.cli.csvio import MISSING, read_csv
 from gpchol.cli.errors import CLIError
 from gpchol.cli.files import check_output, write_file
 from gpchol.cli.model import FORMAT_VERSION, Model, versions
+from gpchol.cli.parsing import fit_options
 from gpchol.cli.spec import ModelSpec, SpecError
 
 __all__ = ["GROUPS_FORMAT", "MIN_ROWS", "group_labels", "run_group_fit", "split_groups"]
@@ -218,14 +219,7 @@ def run_group_fit(args: argparse.Namespace, dtype: type[np.floating]) -> int:
             Xs,
             ys,
             transforms=spec.transforms(),
-            optimizer=args.optimizer,
-            steps=args.steps,
-            learning_rate=args.learning_rate,
-            tol=args.tol,
-            checkpoint=args.checkpoint,
-            checkpoint_every=args.checkpoint_every,
-            resume=args.resume,
-            progress=not args.quiet,
+            **fit_options(args),
         )
     except ValueError as e:
         raise CLIError(str(e)) from None

@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from gpchol.cli.errors import CLIError
 from gpchol.cli.resources import MEMORY_FLAG
 from gpchol.cli.spec import KERNEL_NAMES
 
-__all__ = ["build_parser"]
+__all__ = ["build_parser", "fit_options"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -92,6 +92,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fit(sub)
     _add_predict(sub)
     return parser
+
+
+def fit_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The optimiser, stopping and checkpoint options of ``gpchol fit`` as keyword
+    arguments of :func:`gpchol.fit` and :func:`gpchol.fit_batched` (one place for both)."""
+    return {
+        "optimizer": args.optimizer,
+        "steps": args.steps,
+        "learning_rate": args.learning_rate,
+        "tol": args.tol,
+        "checkpoint": args.checkpoint,
+        "checkpoint_every": args.checkpoint_every,
+        "resume": args.resume,
+        "progress": not args.quiet,
+    }
 
 
 def _add_check(sub: argparse._SubParsersAction) -> None:
