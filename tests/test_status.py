@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg.lapack as lapack
-from helpers import lapack_info
+from helpers import lapack_info, random_spd
 
 import gpchol
 from gpchol import kernels
@@ -519,3 +519,54 @@ def test_mvn_logpdf_nan_exactly_where_lapack_fails(n, dtype):
         if np.isnan(v) != (r != 0)
     ]
     assert not bad, f"n={n} {np.dtype(dtype).name}:\n" + "\n".join(bad)
+
+
+# ------------------------------------------------- the handlers' two layouts agree
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n", [7, 65, 130])
+def test_chol_solve_column_major_is_the_same_call(n, dtype):
+    """``chol_solve(..., column_major=True)`` (K and L column-major: no relayout pass) is
+    the very same LAPACK potrf call as the row-major default: equal factor, log-det and
+    status (LAPACK's ``info``) on every adversarial matrix (junk above the diagonal
+    ignored), the solves equal to rounding, and ``potri`` of its factor in place gives the
+    symmetric inverse."""
+    from gpchol._internal import cpu_ffi
+
+    if cpu_ffi.cpu_unavailable_reason() is not None:
+        pytest.skip(cpu_ffi.cpu_unavailable_reason())
+    names = case_ids(n)
+    a = np.stack([matrix(name, n) for name in names]).astype(dtype)
+    rng = np.random.default_rng(seed("layouts", n))
+    # only the lower triangle is read: junk above it must not matter in either layout
+    junk = np.triu(rng.standard_normal(a.shape), 1).astype(dtype)
+    a = np.tril(a) + junk
+    r = rng.standard_normal(a.shape[:-1]).astype(dtype)
+    rows = jax.jit(lambda a, r: cpu_ffi.chol_solve(a, r))(a, r)
+    cols = jax.jit(lambda a, r: cpu_ffi.chol_solve(a, r, column_major=True))(a, r)
+    rows, cols = [np.asarray(x) for x in rows], [np.asarray(x) for x in cols]
+    sym = np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2)
+    np.testing.assert_array_equal(cols[4], lapack_info(sym))
+    for i in (0, 3, 4):  # the factor, log-det and status: bit for bit
+        np.testing.assert_array_equal(rows[i], cols[i])
+    # the solves: BLAS trsv on L (column-major) rather than on L^T, so rounding may differ
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    for i in (1, 2):
+        atol = tol * np.nanmax(np.abs(rows[i]))
+        np.testing.assert_allclose(rows[i], cols[i], rtol=tol, atol=atol)
+    ok = cols[4] == 0
+    assert ok.any() and (~ok).any(), "the cases should mix successes and failures"
+
+    # potri of the column-major factor, in place, against NumPy (well-conditioned inputs:
+    # the adversarial ones above are near-singular, their inverses meaningless)
+    b = random_spd(np.random.default_rng(seed("layouts-inv", n)), n, (3,)).astype(dtype)
+
+    def inverse(a):
+        L = cpu_ffi.chol_solve(a, jnp.zeros(a.shape[:-1], a.dtype), column_major=True)[0]
+        return cpu_ffi.potri(L, column_major=True)
+
+    got = np.asarray(jax.jit(inverse)(b))
+    np.testing.assert_array_equal(got, np.swapaxes(got, -1, -2))
+    want = np.linalg.inv(b.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e3 * tol, atol=1e3 * tol * np.abs(want).max())

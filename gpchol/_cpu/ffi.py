@@ -144,7 +144,12 @@ def _target(op: str, dtype: Any) -> str:
     return f"gpchol_cpu_{op}_{suffix}"
 
 
-def chol_solve(K: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
+def _column_major(ndim: int) -> tuple[int, ...]:
+    """``ffi_call``'s layout (major-to-minor axes) of a ``(..., n, n)`` column-major stack."""
+    return (*range(ndim - 2), ndim - 1, ndim - 2)
+
+
+def chol_solve(K: jax.Array, r: jax.Array, *, column_major: bool = False) -> tuple[jax.Array, ...]:
     """``(L, alpha, quad, logdet, status)`` of ``K`` and ``r`` by LAPACK, ``K`` in place.
 
     ``K``'s buffer becomes ``L``'s (XLA copies ``K`` first only if something still reads
@@ -153,6 +158,11 @@ def chol_solve(K: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
     Args:
         K: ``(..., n, n)`` symmetric positive definite (lower triangle read).
         r: ``(..., n)`` right-hand sides, same batch shape as ``K``.
+        column_major: lay ``K`` and ``L`` out column-major (XLA's layouts for the call):
+            LAPACK then factors ``K`` as it is, as XLA's own Cholesky does, where the
+            row-major default costs two in-place ``O(n^2)`` relayout passes. ``L`` is then
+            best consumed as such (e.g. by ``potri(jnp.swapaxes(L, -1, -2), upper=True)``,
+            where the transpose is free).
 
     Returns:
         ``L (..., n, n)`` (lower, zero strict upper), ``alpha = K^-1 r (..., n)``,
@@ -173,22 +183,28 @@ def chol_solve(K: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
         jax.ShapeDtypeStruct(batch, K.dtype),
         jax.ShapeDtypeStruct(batch, jnp.int32),
     )
+    cm = _column_major(K.ndim) if column_major else None
     call = jax.ffi.ffi_call(
         _target("chol_solve", K.dtype),
         out,
         input_output_aliases={0: 0},
         vmap_method="broadcast_all",
+        input_layouts=[cm, None],
+        output_layouts=[cm, None, None, None, None],
     )
-    return tuple(call(K, r.astype(K.dtype)))
+    return tuple(call(K, r.astype(K.dtype), column_major=column_major))
 
 
-def potri(F: jax.Array, *, upper: bool = False) -> jax.Array:
+def potri(F: jax.Array, *, upper: bool = False, column_major: bool = False) -> jax.Array:
     """``A^-1`` from the Cholesky factor of ``A``, by LAPACK ``potri``, in place.
 
     Args:
         F: ``(..., n, n)`` the lower factor ``L`` (its strict upper triangle is ignored),
             or with ``upper`` its transpose ``L^T`` (strict lower ignored).
         upper: ``F`` holds ``L^T``.
+        column_major: ``F`` is the lower factor ``L`` laid out column-major (as
+            ``chol_solve(..., column_major=True)`` leaves it), and so is the result (the
+            full symmetric inverse: the same numbers in either layout). No relayout.
 
     Returns:
         ``(..., n, n)`` the full symmetric ``A^-1``; NaN where the factor is singular.
@@ -199,13 +215,19 @@ def potri(F: jax.Array, *, upper: bool = False) -> jax.Array:
         >>> potri(jnp.array([[2.0, 0.0], [1.0, 1.0]])).tolist()  # A = [[4, 2], [2, 2]]
         [[0.5, -0.5], [-0.5, 1.0]]
     """
+    if column_major and upper:
+        raise ValueError("potri: column_major=True takes the lower factor L (upper=False)")
+    cm = _column_major(F.ndim) if column_major else None
     call = jax.ffi.ffi_call(
         _target("potri", F.dtype),
         jax.ShapeDtypeStruct(F.shape, F.dtype),
         input_output_aliases={0: 0},
         vmap_method="broadcast_all",
+        input_layouts=[cm],
+        output_layouts=cm,
     )
-    return call(F, upper=bool(upper))
+    # a column-major L is, byte for byte, a row-major L^T: the handler's ``upper`` case
+    return call(F, upper=bool(upper or column_major))
 
 
 def potrf_info(a: jax.Array, mask: jax.Array) -> jax.Array:

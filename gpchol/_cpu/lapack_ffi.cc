@@ -6,7 +6,7 @@
 // XLA_FLAGS=--xla_cpu_multi_thread_eigen=false under vmap) and turn Ctrl-C into an
 // internal error. Here they are plain C++ called by XLA, never touching Python:
 //
-//   gpchol_cpu_chol_solve_{f32,f64}   K (..., n, n), r (..., n) ->
+//   gpchol_cpu_chol_solve_{f32,f64}   K (..., n, n), r (..., n), column_major ->
 //       L (aliased to K: factored in place), alpha = K^-1 r, quad = r^T K^-1 r,
 //       logdet = log det K, status (LAPACK potrf's info).
 //   gpchol_cpu_potri_{f32,f64}        factor (..., n, n) -> A^-1, in place (aliased).
@@ -23,7 +23,11 @@
 // 143 of 600 rank-deficient test matrices differ between the two.) So the row-major lower
 // triangle is first mirrored onto the upper one (O(n^2), in place), potrf('L') then leaves
 // L in the column-major lower triangle, i.e. L^T in the row-major upper one, which one
-// more O(n^2) pass moves to the row-major lower triangle, zeroing the rest.
+// more O(n^2) pass moves to the row-major lower triangle, zeroing the rest. With the
+// `column_major` attribute the call declares K and L column-major instead (as jaxlib does
+// for its own potrf), XLA writes K that way (usually straight from the fusion that builds
+// it) and potrf('L') runs on it as it is: neither pass (about 5% of a likelihood step at
+// n = 4000). The likelihood uses that form; its factor then goes to potri column-major.
 //
 // LAPACK itself is the one SciPy ships (jaxlib's own CPU kernels use the same one): the
 // function pointers come from scipy.linalg.cython_lapack / cython_blas and are handed to
@@ -185,10 +189,31 @@ int FactorLowerInPlace(T* a, int64_t n) {
 
 // ---- chol_solve -----------------------------------------------------------------------
 
+// In place: the column-major n x n matrix `a` (lower triangle read) -> its lower Cholesky
+// factor, strict upper zeroed: LAPACK potrf('L') exactly as XLA's own CPU Cholesky calls
+// it, with no relayout at all. Returns the reference LAPACK info (see PotrfAsXla).
+template <typename T>
+int FactorColumnMajorInPlace(T* a, int64_t n) {
+  char uplo = 'L';
+  int nn = static_cast<int>(n), lda = std::max(nn, 1), info = 0;
+  Routines<T>::potrf()(&uplo, &nn, a, &lda, &info);
+  if (info != 0) return info;
+  for (int64_t j = 0; j < n; ++j) {
+    if (std::isnan(a[j * n + j])) return static_cast<int>(j + 1);
+  }
+  // column j's rows 0..j-1 (the strict upper triangle) are contiguous in memory
+  for (int64_t j = 1; j < n; ++j) std::fill(a + j * n, a + j * n + j, T(0));
+  return 0;
+}
+
+// `column_major`: K and L are laid out column-major (the FFI call declares those layouts,
+// so XLA writes K that way, usually straight from the fusion that builds it): potrf('L')
+// then runs on K as it is, with neither of the two O(n^2) relayout passes below.
 template <typename T, ffi::DataType D>
 ffi::Error CholSolveImpl(ffi::Buffer<D> K, ffi::Buffer<D> r, ffi::ResultBuffer<D> L,
                          ffi::ResultBuffer<D> alpha, ffi::ResultBuffer<D> quad,
-                         ffi::ResultBuffer<D> logdet, ffi::ResultBuffer<ffi::S32> status) {
+                         ffi::ResultBuffer<D> logdet, ffi::ResultBuffer<ffi::S32> status,
+                         bool column_major) {
   if (Routines<T>::potrf() == nullptr || Routines<T>::trsv() == nullptr) return NotReady();
   Stack s;
   if (auto err = SquareStack(K.dimensions(), "K", &s); err.failure()) return err;
@@ -204,12 +229,12 @@ ffi::Error CholSolveImpl(ffi::Buffer<D> K, ffi::Buffer<D> r, ffi::ResultBuffer<D
   T* ld = logdet->typed_data();
   int32_t* st = status->typed_data();
   const T nan = std::numeric_limits<T>::quiet_NaN();
-  char up = 'U', trans_t = 'T', trans_n = 'N', nondiag = 'N';
+  char up = 'U', lo = 'L', trans_t = 'T', trans_n = 'N', nondiag = 'N';
   int nn = static_cast<int>(n), lda = std::max(nn, 1), inc = 1;
   for (int64_t b = 0; b < s.batch; ++b) {
     T* lb = l + b * n * n;
     T* ab = al + b * n;
-    const int info = FactorLowerInPlace(lb, n);
+    const int info = column_major ? FactorColumnMajorInPlace(lb, n) : FactorLowerInPlace(lb, n);
     st[b] = info;
     if (info != 0) {
       FillNan(lb, n * n);
@@ -218,13 +243,17 @@ ffi::Error CholSolveImpl(ffi::Buffer<D> K, ffi::Buffer<D> r, ffi::ResultBuffer<D
       ld[b] = nan;
       continue;
     }
-    // The column-major view of lb holds U = L^T in its upper triangle:
-    // U^T z = r (i.e. L z = r), then U alpha = z (i.e. L^T alpha = z).
+    // Row-major: the column-major view of lb holds U = L^T in its upper triangle, so
+    // U^T z = r (i.e. L z = r), then U alpha = z (i.e. L^T alpha = z). Column-major: L
+    // itself, L z = r, then L^T alpha = z.
+    char* uplo = column_major ? &lo : &up;
+    char* first = column_major ? &trans_n : &trans_t;
+    char* second = column_major ? &trans_t : &trans_n;
     std::memcpy(ab, rv + b * n, sizeof(T) * n);
-    if (n > 0) Routines<T>::trsv()(&up, &trans_t, &nondiag, &nn, lb, &lda, ab, &inc);
+    if (n > 0) Routines<T>::trsv()(uplo, first, &nondiag, &nn, lb, &lda, ab, &inc);
     T zz = 0, sum_log = 0;
     for (int64_t i = 0; i < n; ++i) zz += ab[i] * ab[i];
-    if (n > 0) Routines<T>::trsv()(&up, &trans_n, &nondiag, &nn, lb, &lda, ab, &inc);
+    if (n > 0) Routines<T>::trsv()(uplo, second, &nondiag, &nn, lb, &lda, ab, &inc);
     for (int64_t i = 0; i < n; ++i) sum_log += std::log(lb[i * n + i]);
     q[b] = zz;
     ld[b] = 2 * sum_log;
@@ -319,7 +348,8 @@ GPCHOL_EXPORT int gpchol_cpu_set_lapack(void* spotrf, void* dpotrf, void* spotri
                                     .Ret<ffi::Buffer<D>>()         \
                                     .Ret<ffi::Buffer<D>>()         \
                                     .Ret<ffi::Buffer<D>>()         \
-                                    .Ret<ffi::Buffer<ffi::S32>>())
+                                    .Ret<ffi::Buffer<ffi::S32>>()  \
+                                    .Attr<bool>("column_major"))
 
 #define GPCHOL_POTRI(NAME, T, D)                                   \
   GPCHOL_HANDLER_EXPORT(NAME);                                     \

@@ -162,8 +162,11 @@ def _factor(K: jax.Array, rebuild: Any, rule: GaussianRule) -> tuple[jax.Array, 
 def _forward(
     source: Any, r: jax.Array, rule: GaussianRule
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """``(L, value, alpha, status)`` of the source's covariance, trying the jitters."""
-    return gaussian_factor(source, r, rule)[:4]
+    """``(L, value, alpha, status)`` of the source's covariance, trying the jitters.
+
+    ``L`` is only handed to ``potri`` here, so the host call lays it out column-major.
+    """
+    return gaussian_factor(source, r, rule, column_major=True)[:4]
 
 
 def _xla_solve(K: jax.Array, r: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -173,34 +176,39 @@ def _xla_solve(K: jax.Array, r: jax.Array) -> tuple[jax.Array, jax.Array, jax.Ar
     return L, value, alpha
 
 
-@jax.custom_jvp
-def _host_solve(K: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
+@partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _host_solve(K: jax.Array, r: jax.Array, column_major: bool) -> tuple[jax.Array, ...]:
     """``(L, value, alpha, status)`` by one LAPACK factor-and-solve call, in place."""
-    L, alpha, quad, logdet, status = chol_solve_cpu(K, r)
+    L, alpha, quad, logdet, status = chol_solve_cpu(K, r, column_major=column_major)
     return L, -0.5 * (quad + logdet + r.shape[-1] * LOG_2PI), alpha, status
 
 
 @_host_solve.defjvp
 def _host_solve_jvp(
-    primals: tuple[jax.Array, jax.Array], tangents: tuple[jax.Array, jax.Array]
+    column_major: bool,
+    primals: tuple[jax.Array, jax.Array],
+    tangents: tuple[jax.Array, jax.Array],
 ) -> tuple[tuple[jax.Array, ...], tuple[Any, ...]]:
     # The LAPACK call's derivative is that of the same arithmetic in XLA operations (JAX's
     # Cholesky and triangular-solve rules). First-order derivatives never come here (the
     # whole-likelihood rule below evaluates the forward pass on primals); higher orders
     # (a Hessian of the likelihood) differentiate that rule, and so this call, through it.
-    out = _host_solve(*primals)
+    out = _host_solve(*primals, column_major)
     _, (dL, dv, da) = jax.jvp(_xla_solve, primals, tangents)
     return out, (dL, dv, da, np.zeros(out[3].shape, jax.dtypes.float0))
 
 
 def gaussian_factor(
-    source: Any, r: jax.Array, rule: GaussianRule
+    source: Any, r: jax.Array, rule: GaussianRule, *, column_major: bool = False
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """``(L, value, alpha, status, jitter_used)`` of the source's covariance (not differentiable).
 
     The forward pass of :func:`gaussian_loglik` (``K`` built by ``source.build``, factored
     in place, the jitter schedule tried in order), with the factor and ``alpha = K^-1 r``
     kept: what a posterior holds. ``jitter_used`` is the jitter of the kept attempt.
+    ``column_major`` lays ``K`` and ``L`` out column-major in the host LAPACK call (a
+    layout hint, same values: right when ``L`` goes on to ``potri``, as in the
+    likelihood's derivative).
 
     Example:
         >>> import jax.numpy as jnp
@@ -226,7 +234,7 @@ def gaussian_factor(
 
         def host(K: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
             # the status is LAPACK's info itself: no search needed
-            return _host_solve(K, r)
+            return _host_solve(K, r, column_major)
 
         # At every n, small ones included: one LAPACK call factors and solves in place
         # and gives the status itself, where XLA's potrf + two triangular solves need the
@@ -303,7 +311,10 @@ def _gaussian_loglik_jvp(
     if not is_symbolic_zero(r_dot):
         out = out - jnp.sum(alpha * r_dot, axis=-1)
     if not all(is_symbolic_zero(z) for z in jax.tree.leaves(source_dot, is_leaf=is_symbolic_zero)):
-        kinv = inverse_from_factor(L, rule.nb or default_tile_size(L.shape[-1], L.dtype))
+        nb = rule.nb or default_tile_size(L.shape[-1], L.dtype)
+        # with host LAPACK L comes column-major from either factorization (LAPACK potrf:
+        # XLA's or gpchol's handler); other backends build it row-major
+        kinv = inverse_from_factor(L, nb, column_major=rule.backend.host_lapack)
         out = out + source.contract(_instantiate(source_dot), alpha, kinv).astype(out.dtype)
     if rule.guarded:
         out = jnp.where(status == 0, out, 0.0)

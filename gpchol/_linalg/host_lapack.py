@@ -44,11 +44,11 @@ def compiled_lapack() -> bool:
 
 @partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _cho_inverse_host(L: jax.Array, transposed: bool) -> jax.Array:
-    # With ``transposed`` the handler is given ``L^T``: a factor that XLA keeps in
-    # column-major layout (LAPACK's potrf output) then reaches it without a relayout.
-    # The factor's buffer becomes the inverse's (XLA copies it first only if something
-    # still reads it).
-    return cpu_ffi.potri(jnp.swapaxes(L, -1, -2) if transposed else L, upper=transposed)
+    # With ``transposed`` the call declares L column-major: a factor that LAPACK's potrf
+    # left column-major (XLA's Cholesky, chol_solve_cpu(column_major=True)) then reaches
+    # it without a relayout. The factor's buffer becomes the inverse's (XLA copies it
+    # first only if something still reads it).
+    return cpu_ffi.potri(L, column_major=transposed)
 
 
 @_cho_inverse_host.defjvp
@@ -91,7 +91,9 @@ def cho_inverse_cpu(
     return lax.platform_dependent(L, cpu=host, default=tiled)
 
 
-def chol_solve_cpu(K: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
+def chol_solve_cpu(
+    K: jax.Array, r: jax.Array, *, column_major: bool = False
+) -> tuple[jax.Array, ...]:
     """``(L, alpha, quad, logdet, status)`` of ``K`` and ``r`` by LAPACK, in place.
 
     Used by the Gaussian likelihoods on the CPU when :func:`compiled_lapack`: ``K`` is
@@ -103,9 +105,12 @@ def chol_solve_cpu(K: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
     Args:
         K: ``(..., n, n)`` symmetric positive definite (lower triangle read).
         r: ``(..., n)`` right-hand side.
+        column_major: ``K`` and ``L`` laid out column-major (no relayout pass in the
+            handler; see :func:`gpchol._cpu.ffi.chol_solve`). ``L`` is then best handed
+            to :func:`cho_inverse_cpu` with ``column_major=True``.
 
     Returns:
         ``L (..., n, n)``, ``alpha = K^-1 r (..., n)``, ``quad = r^T K^-1 r (...)``,
         ``logdet (...)`` and int32 ``status (...)`` (LAPACK ``potrf``'s ``info``).
     """
-    return cpu_ffi.chol_solve(K, r)
+    return cpu_ffi.chol_solve(K, r, column_major=column_major)
