@@ -395,7 +395,7 @@ class MultivariateNormal(Distribution):
             return None
         r = jnp.broadcast_to(value - self.loc, self.batch_shape + (n,)).astype(cov.dtype)
         rule = GaussianRule(be, nb, guarded=True)
-        return gaussian_loglik(DenseCovariance(symmetrize(cov)), r, rule)[0]
+        return gaussian_loglik(DenseCovariance(symmetrize(cov), symmetric=True), r, rule)[0]
 
     @validate_sample
     def log_prob(self, value: ArrayLike) -> jax.Array:

@@ -557,6 +557,11 @@ def test_chol_solve_column_major_is_the_same_call(n, dtype):
         np.testing.assert_allclose(rows[i], cols[i], rtol=tol, atol=atol)
     ok = cols[4] == 0
     assert ok.any() and (~ok).any(), "the cases should mix successes and failures"
+    # symmetric=True (no mirror pass) on a matrix that is symmetric: the same call exactly
+    plain = jax.jit(lambda a, r: cpu_ffi.chol_solve(a, r))(sym, r)
+    fast = jax.jit(lambda a, r: cpu_ffi.chol_solve(a, r, symmetric=True))(sym, r)
+    for x, y in zip(plain, fast, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
     # potri of the column-major factor, in place, against NumPy (well-conditioned inputs:
     # the adversarial ones above are near-singular, their inverses meaningless)

@@ -149,7 +149,9 @@ def _column_major(ndim: int) -> tuple[int, ...]:
     return (*range(ndim - 2), ndim - 1, ndim - 2)
 
 
-def chol_solve(K: jax.Array, r: jax.Array, *, column_major: bool = False) -> tuple[jax.Array, ...]:
+def chol_solve(
+    K: jax.Array, r: jax.Array, *, column_major: bool = False, symmetric: bool = False
+) -> tuple[jax.Array, ...]:
     """``(L, alpha, quad, logdet, status)`` of ``K`` and ``r`` by LAPACK, ``K`` in place.
 
     ``K``'s buffer becomes ``L``'s (XLA copies ``K`` first only if something still reads
@@ -161,8 +163,10 @@ def chol_solve(K: jax.Array, r: jax.Array, *, column_major: bool = False) -> tup
         column_major: lay ``K`` and ``L`` out column-major (XLA's layouts for the call):
             LAPACK then factors ``K`` as it is, as XLA's own Cholesky does, where the
             row-major default costs two in-place ``O(n^2)`` relayout passes. ``L`` is then
-            best consumed as such (e.g. by ``potri(jnp.swapaxes(L, -1, -2), upper=True)``,
-            where the transpose is free).
+            best consumed as such (``potri(L, column_major=True)``).
+        symmetric: the caller guarantees ``K`` equals its transpose bit for bit (e.g.
+            ``(A + A^T) / 2``): the row-major form then skips its first relayout pass
+            (the result is the same).
 
     Returns:
         ``L (..., n, n)`` (lower, zero strict upper), ``alpha = K^-1 r (..., n)``,
@@ -192,7 +196,7 @@ def chol_solve(K: jax.Array, r: jax.Array, *, column_major: bool = False) -> tup
         input_layouts=[cm, None],
         output_layouts=[cm, None, None, None, None],
     )
-    return tuple(call(K, r.astype(K.dtype), column_major=column_major))
+    return tuple(call(K, r.astype(K.dtype), column_major=column_major, symmetric=symmetric))
 
 
 def potri(F: jax.Array, *, upper: bool = False, column_major: bool = False) -> jax.Array:

@@ -6,7 +6,7 @@
 // XLA_FLAGS=--xla_cpu_multi_thread_eigen=false under vmap) and turn Ctrl-C into an
 // internal error. Here they are plain C++ called by XLA, never touching Python:
 //
-//   gpchol_cpu_chol_solve_{f32,f64}   K (..., n, n), r (..., n), column_major ->
+//   gpchol_cpu_chol_solve_{f32,f64}   K (..., n, n), r (..., n), column_major, symmetric ->
 //       L (aliased to K: factored in place), alpha = K^-1 r, quad = r^T K^-1 r,
 //       logdet = log det K, status (LAPACK potrf's info).
 //   gpchol_cpu_potri_{f32,f64}        factor (..., n, n) -> A^-1, in place (aliased).
@@ -27,7 +27,11 @@
 // `column_major` attribute the call declares K and L column-major instead (as jaxlib does
 // for its own potrf), XLA writes K that way (usually straight from the fusion that builds
 // it) and potrf('L') runs on it as it is: neither pass (about 5% of a likelihood step at
-// n = 4000). The likelihood uses that form; its factor then goes to potri column-major.
+// n = 4000). The GP likelihood uses that form (K built inside it, never kept); its factor
+// then goes to potri column-major. Where K is kept row-major elsewhere (a covariance the
+// caller built, needed again by its derivative) the row-major form is cheaper, and with
+// the `symmetric` attribute (K = (A + A^T)/2, equal triangles bit for bit) the first pass
+// is skipped.
 //
 // LAPACK itself is the one SciPy ships (jaxlib's own CPU kernels use the same one): the
 // function pointers come from scipy.linalg.cython_lapack / cython_blas and are handed to
@@ -164,9 +168,11 @@ void MoveUpperToLower(T* a, int64_t n) {
 // ship) tests only `ajj <= 0` and reports success with NaN in the factor. A NaN pivot
 // leaves a NaN on the factor's diagonal at the same place, so the first NaN there is the
 // pivot reference LAPACK would name. On success the row-major upper triangle holds L^T.
+// `symmetric`: the caller guarantees a[i][j] == a[j][i] bit for bit (e.g. K = (A + A^T)/2),
+// so the mirror would copy equal numbers onto themselves and is skipped.
 template <typename T>
-int PotrfAsXla(T* a, int64_t n) {
-  MirrorLowerToUpper(a, n);
+int PotrfAsXla(T* a, int64_t n, bool symmetric = false) {
+  if (!symmetric) MirrorLowerToUpper(a, n);
   char uplo = 'L';
   int nn = static_cast<int>(n), lda = std::max(nn, 1), info = 0;
   Routines<T>::potrf()(&uplo, &nn, a, &lda, &info);
@@ -181,8 +187,8 @@ int PotrfAsXla(T* a, int64_t n) {
 // (strict upper zeroed). Returns LAPACK's info; on failure `a` holds LAPACK's partial
 // work and the caller overwrites it.
 template <typename T>
-int FactorLowerInPlace(T* a, int64_t n) {
-  const int info = PotrfAsXla(a, n);
+int FactorLowerInPlace(T* a, int64_t n, bool symmetric) {
+  const int info = PotrfAsXla(a, n, symmetric);
   if (info == 0) MoveUpperToLower(a, n);
   return info;
 }
@@ -213,7 +219,7 @@ template <typename T, ffi::DataType D>
 ffi::Error CholSolveImpl(ffi::Buffer<D> K, ffi::Buffer<D> r, ffi::ResultBuffer<D> L,
                          ffi::ResultBuffer<D> alpha, ffi::ResultBuffer<D> quad,
                          ffi::ResultBuffer<D> logdet, ffi::ResultBuffer<ffi::S32> status,
-                         bool column_major) {
+                         bool column_major, bool symmetric) {
   if (Routines<T>::potrf() == nullptr || Routines<T>::trsv() == nullptr) return NotReady();
   Stack s;
   if (auto err = SquareStack(K.dimensions(), "K", &s); err.failure()) return err;
@@ -234,7 +240,8 @@ ffi::Error CholSolveImpl(ffi::Buffer<D> K, ffi::Buffer<D> r, ffi::ResultBuffer<D
   for (int64_t b = 0; b < s.batch; ++b) {
     T* lb = l + b * n * n;
     T* ab = al + b * n;
-    const int info = column_major ? FactorColumnMajorInPlace(lb, n) : FactorLowerInPlace(lb, n);
+    const int info =
+        column_major ? FactorColumnMajorInPlace(lb, n) : FactorLowerInPlace(lb, n, symmetric);
     st[b] = info;
     if (info != 0) {
       FillNan(lb, n * n);
@@ -349,7 +356,8 @@ GPCHOL_EXPORT int gpchol_cpu_set_lapack(void* spotrf, void* dpotrf, void* spotri
                                     .Ret<ffi::Buffer<D>>()         \
                                     .Ret<ffi::Buffer<D>>()         \
                                     .Ret<ffi::Buffer<ffi::S32>>()  \
-                                    .Attr<bool>("column_major"))
+                                    .Attr<bool>("column_major")    \
+                                    .Attr<bool>("symmetric"))
 
 #define GPCHOL_POTRI(NAME, T, D)                                   \
   GPCHOL_HANDLER_EXPORT(NAME);                                     \

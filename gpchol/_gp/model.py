@@ -134,6 +134,10 @@ class _GPCovariance:
     (:meth:`contract`), so no ``n x n`` intermediate of the kernel is stored.
     """
 
+    # K is built inside the rule and never kept: column-major K and L spare the host
+    # LAPACK call its relayout passes (gpchol._linalg.gaussian._column_major)
+    column_major = True
+
     def __init__(self, gp: GaussianProcess) -> None:
         self.gp = gp
 
@@ -159,6 +163,13 @@ class _GPCovariance:
         dtype = alpha.dtype
         n = gp.X.shape[0]
         size = _row_block(n)
+        if size == n:
+            # One block (small n): the whole tangent at once, no loop. At n <= 256 the
+            # step's cost is its number of operations, and the scan, remat and masking
+            # below only add to it (same numbers, same n x n buffer).
+            _, Kd = jax.jvp(lambda g: _gp_rows(g, 0, n), (gp,), (gp_dot,))
+            W = 0.5 * (alpha[:, None] * alpha[None, :] - kinv)
+            return jnp.sum(W * Kd.astype(dtype))
         starts = jnp.arange(0, n, size)
 
         @jax.checkpoint

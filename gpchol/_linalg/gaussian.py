@@ -101,17 +101,23 @@ def _instantiate(tree: Any) -> Any:
 
 @jax.tree_util.register_pytree_node_class
 class DenseCovariance:
-    """A covariance source holding the matrix itself: ``(..., n, n)`` symmetric ``K``."""
+    """A covariance source holding the matrix itself: ``(..., n, n)`` symmetric ``K``.
 
-    def __init__(self, cov: jax.Array) -> None:
+    ``symmetric=True`` promises that ``cov`` equals its transpose bit for bit (e.g. it was
+    made as ``(A + A^T) / 2``): the host LAPACK call then skips a relayout pass (its
+    result is the same).
+    """
+
+    def __init__(self, cov: jax.Array, symmetric: bool = False) -> None:
         self.cov = cov
+        self.symmetric = symmetric
 
-    def tree_flatten(self) -> tuple[tuple[jax.Array], None]:
-        return (self.cov,), None
+    def tree_flatten(self) -> tuple[tuple[jax.Array], bool]:
+        return (self.cov,), self.symmetric
 
     @classmethod
-    def tree_unflatten(cls, aux: None, children: tuple[jax.Array]) -> DenseCovariance:
-        return cls(*children)
+    def tree_unflatten(cls, aux: bool, children: tuple[jax.Array]) -> DenseCovariance:
+        return cls(*children, symmetric=aux)
 
     def build(self, dtype: Any, jitter: float) -> jax.Array:
         K = self.cov.astype(dtype)
@@ -164,9 +170,21 @@ def _forward(
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """``(L, value, alpha, status)`` of the source's covariance, trying the jitters.
 
-    ``L`` is only handed to ``potri`` here, so the host call lays it out column-major.
+    ``L`` is only handed to ``potri`` here: the host call lays it out column-major where
+    the source says that is cheaper (:func:`_column_major`).
     """
-    return gaussian_factor(source, r, rule, column_major=True)[:4]
+    return gaussian_factor(source, r, rule, column_major=_column_major(source))[:4]
+
+
+def _column_major(source: Any) -> bool:
+    """The source's layout hint for the host LAPACK call of the likelihood (default no).
+
+    Column-major ``K`` and ``L`` spare the handler two ``O(n^2)`` relayout passes, but
+    only pay where ``K`` is built inside the rule and nothing else keeps it (the GP): a
+    covariance the caller built and still needs (its derivative reads it) would then be
+    written in both layouts.
+    """
+    return bool(getattr(source, "column_major", False))
 
 
 def _xla_solve(K: jax.Array, r: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -176,16 +194,21 @@ def _xla_solve(K: jax.Array, r: jax.Array) -> tuple[jax.Array, jax.Array, jax.Ar
     return L, value, alpha
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _host_solve(K: jax.Array, r: jax.Array, column_major: bool) -> tuple[jax.Array, ...]:
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def _host_solve(
+    K: jax.Array, r: jax.Array, column_major: bool, symmetric: bool
+) -> tuple[jax.Array, ...]:
     """``(L, value, alpha, status)`` by one LAPACK factor-and-solve call, in place."""
-    L, alpha, quad, logdet, status = chol_solve_cpu(K, r, column_major=column_major)
+    L, alpha, quad, logdet, status = chol_solve_cpu(
+        K, r, column_major=column_major, symmetric=symmetric
+    )
     return L, -0.5 * (quad + logdet + r.shape[-1] * LOG_2PI), alpha, status
 
 
 @_host_solve.defjvp
 def _host_solve_jvp(
     column_major: bool,
+    symmetric: bool,
     primals: tuple[jax.Array, jax.Array],
     tangents: tuple[jax.Array, jax.Array],
 ) -> tuple[tuple[jax.Array, ...], tuple[Any, ...]]:
@@ -193,7 +216,7 @@ def _host_solve_jvp(
     # Cholesky and triangular-solve rules). First-order derivatives never come here (the
     # whole-likelihood rule below evaluates the forward pass on primals); higher orders
     # (a Hessian of the likelihood) differentiate that rule, and so this call, through it.
-    out = _host_solve(*primals, column_major)
+    out = _host_solve(*primals, column_major, symmetric)
     _, (dL, dv, da) = jax.jvp(_xla_solve, primals, tangents)
     return out, (dL, dv, da, np.zeros(out[3].shape, jax.dtypes.float0))
 
@@ -220,6 +243,7 @@ def gaussian_factor(
     """
     dtype = r.dtype
     n = r.shape[-1]
+    symmetric = bool(getattr(source, "symmetric", False))
 
     def attempt(j: float) -> tuple[jax.Array, ...]:
         K = source.build(dtype, j)
@@ -234,7 +258,7 @@ def gaussian_factor(
 
         def host(K: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
             # the status is LAPACK's info itself: no search needed
-            return _host_solve(K, r, column_major)
+            return _host_solve(K, r, column_major, symmetric)
 
         # At every n, small ones included: one LAPACK call factors and solves in place
         # and gives the status itself, where XLA's potrf + two triangular solves need the
@@ -312,9 +336,9 @@ def _gaussian_loglik_jvp(
         out = out - jnp.sum(alpha * r_dot, axis=-1)
     if not all(is_symbolic_zero(z) for z in jax.tree.leaves(source_dot, is_leaf=is_symbolic_zero)):
         nb = rule.nb or default_tile_size(L.shape[-1], L.dtype)
-        # with host LAPACK L comes column-major from either factorization (LAPACK potrf:
-        # XLA's or gpchol's handler); other backends build it row-major
-        kinv = inverse_from_factor(L, nb, column_major=rule.backend.host_lapack)
+        kinv = inverse_from_factor(
+            L, nb, column_major=rule.backend.host_lapack and _column_major(source)
+        )
         out = out + source.contract(_instantiate(source_dot), alpha, kinv).astype(out.dtype)
     if rule.guarded:
         out = jnp.where(status == 0, out, 0.0)

@@ -92,7 +92,7 @@ def cho_inverse_cpu(
 
 
 def chol_solve_cpu(
-    K: jax.Array, r: jax.Array, *, column_major: bool = False
+    K: jax.Array, r: jax.Array, *, column_major: bool = False, symmetric: bool = False
 ) -> tuple[jax.Array, ...]:
     """``(L, alpha, quad, logdet, status)`` of ``K`` and ``r`` by LAPACK, in place.
 
@@ -108,9 +108,10 @@ def chol_solve_cpu(
         column_major: ``K`` and ``L`` laid out column-major (no relayout pass in the
             handler; see :func:`gpchol._cpu.ffi.chol_solve`). ``L`` is then best handed
             to :func:`cho_inverse_cpu` with ``column_major=True``.
+        symmetric: ``K`` equals its transpose bit for bit (saves a pass when row-major).
 
     Returns:
         ``L (..., n, n)``, ``alpha = K^-1 r (..., n)``, ``quad = r^T K^-1 r (...)``,
         ``logdet (...)`` and int32 ``status (...)`` (LAPACK ``potrf``'s ``info``).
     """
-    return cpu_ffi.chol_solve(K, r, column_major=column_major)
+    return cpu_ffi.chol_solve(K, r, column_major=column_major, symmetric=symmetric)

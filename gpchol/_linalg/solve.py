@@ -244,5 +244,6 @@ def mvn_logpdf(
     if gradient == "auto":
         mode = "whole" if be.whole_rule_default and array_platform(cov) == "cpu" else "composed"
     if mode == "whole":
-        return gaussian_loglik(DenseCovariance(cov), r, GaussianRule(be, nb))[0]
+        # cov = (A + A^T) / 2 above: symmetric bit for bit
+        return gaussian_loglik(DenseCovariance(cov, symmetric=True), r, GaussianRule(be, nb))[0]
     return _mvn_composed(r, cov, be, nb)
