@@ -44,24 +44,39 @@ __all__ = [
 ]
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(1, 2))
-def chol(a: jax.Array, backend: Backend, nb: int | None) -> tuple[jax.Array, jax.Array]:
+@partial(jax.custom_jvp, nondiff_argnums=(1, 2, 3))
+def chol(
+    a: jax.Array, backend: Backend, nb: int | None, symmetrize_input: bool = False
+) -> tuple[jax.Array, jax.Array]:
     """``(L, status)`` of a symmetric ``a`` (lower triangle read); differentiable in ``a``.
 
     The one Cholesky derivative rule of the package: forward mode through
     :func:`linear_chol_tangent`, reverse mode its transpose (Murray's blocked adjoint).
+
+    With ``symmetrize_input`` the factor is that of ``(a + a^T) / 2``, formed inside: the
+    rare status search then rebuilds it from ``a`` itself (which the caller holds anyway)
+    instead of keeping the symmetrized matrix alive, so XLA fuses the symmetrization into
+    the factorization's first write (no n x n buffer or pass of its own).
     """
     if a.shape[-1] == 0:
         return a, jnp.zeros(a.shape[:-2], jnp.int32)
+    if symmetrize_input:
+        return backend.forward(symmetrize(a), nb, rebuild=lambda: symmetrize(a))
     return backend.forward(a, nb)
 
 
 @chol.defjvp
 def _chol_jvp(
-    backend: Backend, nb: int | None, primals: tuple[jax.Array], tangents: tuple[jax.Array]
+    backend: Backend,
+    nb: int | None,
+    symmetrize_input: bool,
+    primals: tuple[jax.Array],
+    tangents: tuple[jax.Array],
 ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, Any]]:  # Any: a float0 array
     (a,), (a_dot,) = primals, tangents
-    L, status = chol(a, backend, nb)
+    L, status = chol(a, backend, nb, symmetrize_input)
+    if symmetrize_input:
+        a_dot = symmetrize(a_dot)  # the map a -> (a + a^T) / 2 is linear
     if a.shape[-1] == 0:
         return (L, status), (jnp.zeros_like(L), np.zeros(status.shape, jax.dtypes.float0))
 
@@ -165,7 +180,6 @@ def factor_with_status(
     :func:`gpchol.cholesky_with_status`, which routes here unless the input is sharded."""
     x, nb, be = prepare(a, tile_size, backend)
     jitters = check_jitter(jitter)
-    x = symmetrize(x)
     if jitters is None:
-        return chol(x, be, nb)
-    return factor_with_jitter(x, be, nb, jitters)
+        return chol(x, be, nb, True)
+    return factor_with_jitter(symmetrize(x), be, nb, jitters)
