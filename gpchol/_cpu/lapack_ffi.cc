@@ -167,12 +167,12 @@ void MoveUpperToLower(T* a, int64_t n) {
 // dpotrf2 tests `ajj <= 0 || disnan(ajj)`; OpenBLAS's own potrf (the one SciPy and jaxlib
 // ship) tests only `ajj <= 0` and reports success with NaN in the factor. A NaN pivot
 // leaves a NaN on the factor's diagonal at the same place, so the first NaN there is the
-// pivot reference LAPACK would name. On success the row-major upper triangle holds L^T.
+// pivot reference LAPACK would name (PotrfColumnMajor: that call and that search, on the
+// column-major lower triangle). On success the row-major upper triangle holds L^T.
 // `symmetric`: the caller guarantees a[i][j] == a[j][i] bit for bit (e.g. K = (A + A^T)/2),
 // so the mirror would copy equal numbers onto themselves and is skipped.
 template <typename T>
-int PotrfAsXla(T* a, int64_t n, bool symmetric = false) {
-  if (!symmetric) MirrorLowerToUpper(a, n);
+int PotrfColumnMajor(T* a, int64_t n) {
   char uplo = 'L';
   int nn = static_cast<int>(n), lda = std::max(nn, 1), info = 0;
   Routines<T>::potrf()(&uplo, &nn, a, &lda, &info);
@@ -181,6 +181,12 @@ int PotrfAsXla(T* a, int64_t n, bool symmetric = false) {
     if (std::isnan(a[j * n + j])) return static_cast<int>(j + 1);
   }
   return 0;
+}
+
+template <typename T>
+int PotrfAsXla(T* a, int64_t n, bool symmetric = false) {
+  if (!symmetric) MirrorLowerToUpper(a, n);
+  return PotrfColumnMajor(a, n);
 }
 
 // In place: the row-major lower triangle of `a` (n x n) -> its lower Cholesky factor
@@ -200,13 +206,8 @@ int FactorLowerInPlace(T* a, int64_t n, bool symmetric) {
 // it, with no relayout at all. Returns the reference LAPACK info (see PotrfAsXla).
 template <typename T>
 int FactorColumnMajorInPlace(T* a, int64_t n) {
-  char uplo = 'L';
-  int nn = static_cast<int>(n), lda = std::max(nn, 1), info = 0;
-  Routines<T>::potrf()(&uplo, &nn, a, &lda, &info);
+  const int info = PotrfColumnMajor(a, n);
   if (info != 0) return info;
-  for (int64_t j = 0; j < n; ++j) {
-    if (std::isnan(a[j * n + j])) return static_cast<int>(j + 1);
-  }
   // column j's rows 0..j-1 (the strict upper triangle) are contiguous in memory
   for (int64_t j = 1; j < n; ++j) std::fill(a + j * n, a + j * n + j, T(0));
   return 0;
