@@ -134,12 +134,6 @@ class _GPCovariance:
     (:meth:`contract`), so no ``n x n`` intermediate of the kernel is stored.
     """
 
-    # Row-major K and L (gpchol._linalg.gaussian._column_major): column-major ones spare
-    # the host LAPACK call its two relayout passes, but XLA then needs more temporary
-    # memory for this likelihood's blocked contraction (step peak at n = 4000: 388 MiB
-    # against 325 MiB; XLA temp 244 against 177 MiB), and its in-place memory comes first.
-    column_major = False
-
     def __init__(self, gp: GaussianProcess) -> None:
         self.gp = gp
 

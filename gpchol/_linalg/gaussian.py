@@ -168,23 +168,8 @@ def _factor(K: jax.Array, rebuild: Any, rule: GaussianRule) -> tuple[jax.Array, 
 def _forward(
     source: Any, r: jax.Array, rule: GaussianRule
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """``(L, value, alpha, status)`` of the source's covariance, trying the jitters.
-
-    ``L`` is only handed to ``potri`` here: the host call lays it out column-major where
-    the source says that is cheaper (:func:`_column_major`).
-    """
-    return gaussian_factor(source, r, rule, column_major=_column_major(source))[:4]
-
-
-def _column_major(source: Any) -> bool:
-    """The source's layout hint for the host LAPACK call of the likelihood (default no).
-
-    Column-major ``K`` and ``L`` spare the handler two ``O(n^2)`` relayout passes, but
-    only pay where ``K`` is built inside the rule and nothing else keeps it (the GP): a
-    covariance the caller built and still needs (its derivative reads it) would then be
-    written in both layouts.
-    """
-    return bool(getattr(source, "column_major", False))
+    """``(L, value, alpha, status)`` of the source's covariance, trying the jitters."""
+    return gaussian_factor(source, r, rule)[:4]
 
 
 def _xla_solve(K: jax.Array, r: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -194,20 +179,15 @@ def _xla_solve(K: jax.Array, r: jax.Array) -> tuple[jax.Array, jax.Array, jax.Ar
     return L, value, alpha
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
-def _host_solve(
-    K: jax.Array, r: jax.Array, column_major: bool, symmetric: bool
-) -> tuple[jax.Array, ...]:
+@partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _host_solve(K: jax.Array, r: jax.Array, symmetric: bool) -> tuple[jax.Array, ...]:
     """``(L, value, alpha, status)`` by one LAPACK factor-and-solve call, in place."""
-    L, alpha, quad, logdet, status = chol_solve_cpu(
-        K, r, column_major=column_major, symmetric=symmetric
-    )
+    L, alpha, quad, logdet, status = chol_solve_cpu(K, r, symmetric=symmetric)
     return L, -0.5 * (quad + logdet + r.shape[-1] * LOG_2PI), alpha, status
 
 
 @_host_solve.defjvp
 def _host_solve_jvp(
-    column_major: bool,
     symmetric: bool,
     primals: tuple[jax.Array, jax.Array],
     tangents: tuple[jax.Array, jax.Array],
@@ -216,22 +196,19 @@ def _host_solve_jvp(
     # Cholesky and triangular-solve rules). First-order derivatives never come here (the
     # whole-likelihood rule below evaluates the forward pass on primals); higher orders
     # (a Hessian of the likelihood) differentiate that rule, and so this call, through it.
-    out = _host_solve(*primals, column_major, symmetric)
+    out = _host_solve(*primals, symmetric)
     _, (dL, dv, da) = jax.jvp(_xla_solve, primals, tangents)
     return out, (dL, dv, da, np.zeros(out[3].shape, jax.dtypes.float0))
 
 
 def gaussian_factor(
-    source: Any, r: jax.Array, rule: GaussianRule, *, column_major: bool = False
+    source: Any, r: jax.Array, rule: GaussianRule
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
     """``(L, value, alpha, status, jitter_used)`` of the source's covariance (not differentiable).
 
     The forward pass of :func:`gaussian_loglik` (``K`` built by ``source.build``, factored
     in place, the jitter schedule tried in order), with the factor and ``alpha = K^-1 r``
     kept: what a posterior holds. ``jitter_used`` is the jitter of the kept attempt.
-    ``column_major`` lays ``K`` and ``L`` out column-major in the host LAPACK call (a
-    layout hint, same values: right when ``L`` goes on to ``potri``, as in the
-    likelihood's derivative).
 
     Example:
         >>> import jax.numpy as jnp
@@ -257,8 +234,12 @@ def gaussian_factor(
             return L, value, alpha, status
 
         def host(K: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
-            # the status is LAPACK's info itself: no search needed
-            return _host_solve(K, r, column_major, symmetric)
+            # The status is LAPACK's info itself: no search needed. K and L row-major:
+            # the binding can declare them column-major (no relayout pass in the
+            # handler), but measured at n = 4000 that raised the GP step's peak from 317
+            # to 388 MiB (XLA's blocked contraction wants more temporaries) and made XLA
+            # keep a caller-built K in both layouts (+10% on the step).
+            return _host_solve(K, r, symmetric)
 
         # At every n, small ones included: one LAPACK call factors and solves in place
         # and gives the status itself, where XLA's potrf + two triangular solves need the
@@ -336,9 +317,7 @@ def _gaussian_loglik_jvp(
         out = out - jnp.sum(alpha * r_dot, axis=-1)
     if not all(is_symbolic_zero(z) for z in jax.tree.leaves(source_dot, is_leaf=is_symbolic_zero)):
         nb = rule.nb or default_tile_size(L.shape[-1], L.dtype)
-        kinv = inverse_from_factor(
-            L, nb, column_major=rule.backend.host_lapack and _column_major(source)
-        )
+        kinv = inverse_from_factor(L, nb)
         out = out + source.contract(_instantiate(source_dot), alpha, kinv).astype(out.dtype)
     if rule.guarded:
         out = jnp.where(status == 0, out, 0.0)

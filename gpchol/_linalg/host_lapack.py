@@ -19,7 +19,6 @@ fall back to XLA operations: slower, identical results up to rounding.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -42,30 +41,26 @@ def compiled_lapack() -> bool:
     return cpu_ffi.cpu_unavailable_reason() is None
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(1,))
-def _cho_inverse_host(L: jax.Array, transposed: bool) -> jax.Array:
-    # With ``transposed`` the call declares L column-major: a factor that LAPACK's potrf
-    # left column-major (XLA's Cholesky, chol_solve_cpu(column_major=True)) then reaches
-    # it without a relayout. The factor's buffer becomes the inverse's (XLA copies it
-    # first only if something still reads it).
-    return cpu_ffi.potri(L, column_major=transposed)
+@jax.custom_jvp
+def _cho_inverse_host(L: jax.Array) -> jax.Array:
+    # The factor's buffer becomes the inverse's (XLA copies it first only if something
+    # still reads it).
+    return cpu_ffi.potri(L)
 
 
 @_cho_inverse_host.defjvp
 def _cho_inverse_host_jvp(
-    transposed: bool, primals: tuple[jax.Array], tangents: tuple[jax.Array]
+    primals: tuple[jax.Array], tangents: tuple[jax.Array]
 ) -> tuple[jax.Array, jax.Array]:
     # With A = L L^T: d(A^-1) = -A^-1 dA A^-1 and dA = dL L^T + L dL^T. Written with JAX
     # operations, so the tangent is itself differentiable (hessians of the likelihood).
     (L,), (dL,) = primals, tangents
-    inv = _cho_inverse_host(L, transposed)
+    inv = _cho_inverse_host(L)
     s = dL @ jnp.swapaxes(L, -1, -2)
     return inv, -(inv @ (s + jnp.swapaxes(s, -1, -2)) @ inv)
 
 
-def cho_inverse_cpu(
-    L: jax.Array, tiled: Callable[[jax.Array], jax.Array], *, column_major: bool = False
-) -> jax.Array:
+def cho_inverse_cpu(L: jax.Array, tiled: Callable[[jax.Array], jax.Array]) -> jax.Array:
     """``A^-1`` from the lower factor ``L``: LAPACK on the CPU, ``tiled(L)`` elsewhere.
 
     The platform is chosen when the computation is lowered
@@ -75,8 +70,6 @@ def cho_inverse_cpu(
     Args:
         L: ``(..., n, n)`` lower Cholesky factor (its strict upper triangle is ignored).
         tiled: ``L -> A^-1`` used on other platforms and for ``n < HOST_MIN_N``.
-        column_major: hand the host ``L^T`` (a layout hint: right when ``L`` comes
-            straight from XLA's LAPACK ``potrf``, which leaves it column-major).
 
     Returns:
         ``(..., n, n)`` symmetric ``A^-1``; NaN where ``L`` is singular.
@@ -87,13 +80,10 @@ def cho_inverse_cpu(
         or not compiled_lapack()
     ):
         return tiled(L)
-    host = partial(_cho_inverse_host, transposed=column_major)
-    return lax.platform_dependent(L, cpu=host, default=tiled)
+    return lax.platform_dependent(L, cpu=_cho_inverse_host, default=tiled)
 
 
-def chol_solve_cpu(
-    K: jax.Array, r: jax.Array, *, column_major: bool = False, symmetric: bool = False
-) -> tuple[jax.Array, ...]:
+def chol_solve_cpu(K: jax.Array, r: jax.Array, *, symmetric: bool = False) -> tuple[jax.Array, ...]:
     """``(L, alpha, quad, logdet, status)`` of ``K`` and ``r`` by LAPACK, in place.
 
     Used by the Gaussian likelihoods on the CPU when :func:`compiled_lapack`: ``K`` is
@@ -105,13 +95,10 @@ def chol_solve_cpu(
     Args:
         K: ``(..., n, n)`` symmetric positive definite (lower triangle read).
         r: ``(..., n)`` right-hand side.
-        column_major: ``K`` and ``L`` laid out column-major (no relayout pass in the
-            handler; see :func:`gpchol._cpu.ffi.chol_solve`). ``L`` is then best handed
-            to :func:`cho_inverse_cpu` with ``column_major=True``.
         symmetric: ``K`` equals its transpose bit for bit (saves a pass when row-major).
 
     Returns:
         ``L (..., n, n)``, ``alpha = K^-1 r (..., n)``, ``quad = r^T K^-1 r (...)``,
         ``logdet (...)`` and int32 ``status (...)`` (LAPACK ``potrf``'s ``info``).
     """
-    return cpu_ffi.chol_solve(K, r, column_major=column_major, symmetric=symmetric)
+    return cpu_ffi.chol_solve(K, r, symmetric=symmetric)
