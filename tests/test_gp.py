@@ -131,7 +131,8 @@ def test_gradient_goes_through_gpchol_rules(rng):
     hlo = jax.jit(jax.grad(lml)).lower(1.0).compile().as_text()
     # on the CPU the factor, the solves and K^-1 are host LAPACK calls: gpchol's compiled
     # FFI handlers, no Python callback (issue 14)
-    assert "callback" not in hlo.lower()
+    hits = [ln.strip()[:300] for ln in hlo.splitlines() if "callback" in ln.lower()]
+    assert not hits, hits
     if cpu_ffi.cpu_unavailable_reason() is None:
         assert "gpchol_cpu_" in hlo
     # JAX's own Cholesky rule would transpose its JVP with n x n triangular solves; the
