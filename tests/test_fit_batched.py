@@ -178,6 +178,51 @@ def test_checkpoint_resume_gives_the_uninterrupted_result(rng, tmp_path, monkeyp
         fit_batched(build, P0, X, y2, progress=False, checkpoint=ck, checkpoint_every=4, **kw)
 
 
+def test_resuming_a_finished_checkpoint_returns_its_result(rng, tmp_path):
+    X, y = data(rng, [9, 9])
+    kw = {"transforms": T, "steps": 30, "progress": False, "checkpoint": tmp_path / "b"}
+    first = fit_batched(build, P0, np.stack(X), np.stack(y), **kw)
+    again = fit_batched(build, P0, np.stack(X), np.stack(y), **kw)  # nothing left to run
+    np.testing.assert_array_equal(again.n_steps, first.n_steps)
+    np.testing.assert_array_equal(again.loss, first.loss)
+    np.testing.assert_array_equal(again.status, first.status)
+    for k in P0:
+        np.testing.assert_array_equal(again.params[k], first.params[k])
+
+
+def test_float32_problems_keep_float32_losses(rng):
+    X, y = data(rng, [10, 10])
+    Xs, ys = np.stack(X).astype(np.float32), np.stack(y).astype(np.float32)
+    p0 = {k: np.float32(v) for k, v in P0.items()}
+    res = fit_batched(build, p0, Xs, ys, transforms=T, steps=40, progress=False)
+    assert res.loss.dtype == np.float32 and res.params["ls"].dtype == np.float32
+    for b in range(2):
+        ref = gpchol.fit(
+            lambda p, b=b: build(p, jnp.asarray(Xs[b])),
+            p0,
+            jnp.asarray(ys[b]),
+            transforms=T,
+            steps=40,
+            progress=False,
+        )
+        assert int(res.n_steps[b]) == ref.n_steps
+        # same steps from the same start; the two compiled programs sum the float32
+        # likelihood in their own order (about 20 ulps apart at n = 10)
+        np.testing.assert_allclose(res.loss[b], ref.loss, rtol=1e-5)
+
+
+def test_an_initial_value_outside_its_domain_names_the_parameter():
+    with pytest.raises(ValueError, match=r"parameter \['noise'\]"):
+        fit_batched(
+            build,
+            dict(P0, noise=-1.0),
+            np.zeros((2, 5)),
+            np.zeros((2, 5)),
+            transforms=T,
+            progress=False,
+        )
+
+
 # --------------------------------------------------------------------------- bad input
 
 

@@ -323,8 +323,13 @@ def _batch(X: Any, y: Any, mask: Any) -> _Batch:
 
 
 def _initial_u(params: Any, transforms: Any, B: int, params_batched: bool) -> Any:
-    """``(B, ...)`` unconstrained initial parameters, one row per problem."""
-    u = to_unconstrained(params, transforms)
+    """``(B, ...)`` unconstrained initial parameters, one row per problem.
+
+    The transforms run op by op, as in :func:`gpchol.fit` (the same bits: each problem
+    starts where a fit of it alone starts); the broadcast to ``B`` rows is left to the
+    compiled :func:`_initial_carry`.
+    """
+    u = canonical(to_unconstrained(params, transforms))
     if params_batched:
         for x in jax.tree_util.tree_leaves(u):
             if jnp.ndim(x) == 0 or jnp.shape(x)[0] != B:
@@ -332,8 +337,7 @@ def _initial_u(params: Any, transforms: Any, B: int, params_batched: bool) -> An
                     f"params_batched=True needs every parameter leaf with a leading axis of "
                     f"size B={B} (one value per dataset); got a leaf of shape {jnp.shape(x)}."
                 )
-        return canonical(u)
-    return canonical(jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (B,) + jnp.shape(x)), u))
+    return u
 
 
 # ------------------------------------------------------------------------------ the loop
@@ -344,17 +348,27 @@ def _select(ok: jax.Array, a: Any, b: Any) -> Any:
 
 
 def _make_runner(
-    step_for: Callable[[jax.Array, jax.Array, jax.Array], Any],
+    step_of: Callable[[Callable[[Any], jax.Array]], Any],
+    loss_for: Callable[[jax.Array, jax.Array, jax.Array], Callable[[Any], jax.Array]],
+    transforms: Any,
     *,
     steps: int,
     tol: float,
     patience: int,
     vectorize: int,
 ) -> Callable[..., Any]:
-    """``(carry, data, limit) -> carry``: every problem's steps while ``k < limit``."""
+    """``(carry, data, limit) -> (carry, final)``: every problem's steps while ``k < limit``.
+
+    ``final`` holds, for each problem that has stopped, its result: the loss at its last
+    parameters, or (a failed step, or a non-finite loss there) its last finite parameters
+    and their loss, with those parameters in both spaces. Computed in the same compiled
+    program as the steps (a separately compiled loss would cost a compilation).
+    """
 
     def one(c: dict[str, Any], X: jax.Array, y: jax.Array, m: jax.Array, limit: jax.Array) -> Any:
-        step = step_for(X, y, m)
+        # one traced loss for the step, its line search and the result (jit: traced once)
+        loss = jax.jit(loss_for(X, y, m))
+        step = step_of(loss)
 
         def cond(c: dict[str, Any]) -> jax.Array:
             return (c["code"] == RUNNING) & (c["k"] < limit)
@@ -378,7 +392,20 @@ def _make_runner(
                 "good": _select(ok, c["u"], c["good"]),
             }
 
-        return jax.lax.while_loop(cond, body, c)
+        c = jax.lax.while_loop(cond, body, c)
+        stopped = c["code"] != RUNNING
+        nan = jnp.full((), jnp.nan, c["prev"].dtype)
+        last = jax.lax.cond(stopped, lambda u: loss(u).astype(nan.dtype), lambda u: nan, c["u"])
+        # a failed step, or a last update to a non-finite loss: the last finite step
+        bad = (c["code"] == FAILED) | ~jnp.isfinite(last)
+        u = _select(bad, c["good"], c["u"])
+        final = {
+            "loss": jnp.where(bad, c["prev"], last),
+            "bad": bad,
+            "u": u,
+            "params": to_constrained(u, transforms),
+        }
+        return c, final
 
     def run(c: dict[str, Any], X: jax.Array, y: jax.Array, m: jax.Array, limit: jax.Array) -> Any:
         # groups of `vectorize` problems one after another; each group's loops vmapped
@@ -391,19 +418,39 @@ def _make_runner(
     return jax.jit(run)
 
 
-def _initial_carry(u0: Any, opt: optax.GradientTransformation, steps: int, dtype: Any) -> Any:
-    B = jax.tree_util.tree_leaves(u0)[0].shape[0]
-    return canonical(
-        {
-            "u": u0,
-            "s": jax.vmap(opt.init)(u0),
-            "k": np.zeros(B, np.int32),
-            "prev": np.full(B, np.nan, dtype),
-            "stall": np.zeros(B, np.int32),
-            "code": np.full(B, RUNNING if steps > 0 else STEPS, np.int32),
-            "good": u0,
+def _initial_carry(
+    u: Any,
+    B: int,
+    params_batched: bool,
+    opt: optax.GradientTransformation,
+    steps: int,
+    data_dtypes: tuple[Any, ...],
+) -> dict[str, Any]:
+    """The batch's first carry from :func:`_initial_u`'s ``u``, by one small compiled program.
+
+    (Op by op, the broadcasts and optimiser states each compiled on their own cost about
+    0.3 s in a fresh process.) The losses are kept in the floating type of the
+    parameters and data (each step's loss is cast to it).
+    """
+    dtypes = [jnp.dtype(x.dtype) for x in jax.tree_util.tree_leaves(u)]
+    dtype = jnp.result_type(*dtypes, *data_dtypes)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        dtype = jnp.result_type(float)
+
+    def make(u: Any) -> dict[str, Any]:
+        if not params_batched:
+            u = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (B,) + x.shape), u)
+        return {
+            "u": u,
+            "s": jax.vmap(opt.init)(u),
+            "k": jnp.zeros(B, jnp.int32),
+            "prev": jnp.full(B, jnp.nan, dtype),
+            "stall": jnp.zeros(B, jnp.int32),
+            "code": jnp.full(B, RUNNING if steps > 0 else STEPS, jnp.int32),
+            "good": u,
         }
-    )
+
+    return canonical(jax.jit(make)(u))
 
 
 def _check_settings(steps: int, tol: float, patience: int, every: int) -> None:
@@ -521,7 +568,15 @@ def fit_batched(
             if params_batched
             else params
         )
-    u0 = _initial_u(params, transforms, B, params_batched)
+    carry0 = _initial_carry(
+        _initial_u(params, transforms, B, params_batched),
+        B,
+        params_batched,
+        opt,
+        int(steps),
+        (jnp.dtype(data.X.dtype), jnp.dtype(data.y.dtype)),
+    )
+    u0 = carry0["u"]
 
     def loss_for(Xb: jax.Array, yb: jax.Array, mb: jax.Array) -> Callable[[Any], jax.Array]:
         if data.padded:
@@ -530,20 +585,17 @@ def fit_batched(
             )
         return unconstrained_loss(lambda p: build(p, Xb), yb, transforms)
 
-    def step_for(Xb: jax.Array, yb: jax.Array, mb: jax.Array) -> Any:
-        return make_step(opt_name, opt, loss_for(Xb, yb, mb))
-
-    one_u = jax.tree_util.tree_map(lambda x: x[0], u0)
-    loss_dtype = jax.eval_shape(loss_for(data.X[0], data.y[0], data.mask[0]), one_u).dtype
     run = _make_runner(
-        step_for,
+        lambda loss: make_step(opt_name, opt, loss),
+        loss_for,
+        transforms,
         steps=int(steps),
         tol=float(tol),
         patience=int(patience),
         vectorize=min(int(vectorize), B),
     )
+    # the checkpoint's fingerprint reads this loss's jaxpr (it is never compiled)
     final_loss = jax.jit(jax.vmap(lambda u, a, b, c: loss_for(a, b, c)(u)))
-    carry0 = _initial_carry(u0, opt, int(steps), loss_dtype)
     rest0 = {k: v for k, v in carry0.items() if k != "u"}
     args = (data.X, data.y, data.mask)
 
@@ -569,6 +621,7 @@ def fit_batched(
             user={"fit_batched": np.asarray(B), "X": data.X, "y": data.y, "mask": data.mask},
         )
     chunk = int(checkpoint_every) if (ck is not None or progress) else max(1, int(steps))
+    final: dict[str, Any] | None = None
     with contextlib.ExitStack() as stack:
         if ck is not None:
             stack.enter_context(CheckpointLock(ck))
@@ -583,7 +636,7 @@ def fit_batched(
             with guard:
                 while not st.done:
                     limit = min(int(steps), st.step + chunk)
-                    carry = run(dict(st.opt_state, u=st.params), *args, jnp.asarray(limit))
+                    carry, final = run(dict(st.opt_state, u=st.params), *args, jnp.asarray(limit))
                     codes = np.asarray(carry["code"])
                     st.params = carry["u"]
                     st.opt_state = {k: v for k, v in carry.items() if k != "u"}
@@ -600,8 +653,9 @@ def fit_batched(
                     _deliver(guard, st.step, ck)
         finally:
             bar.close()
-    carry = dict(st.opt_state, u=st.params)
-    return _result(carry, final_loss(carry["u"], *args), transforms, opt_name)
+    if final is None:  # resumed from a finished checkpoint: the results once more
+        _, final = run(dict(st.opt_state, u=st.params), *args, jnp.asarray(st.step))
+    return _result(dict(st.opt_state, u=st.params), final, opt_name)
 
 
 def _deliver(guard: SignalGuard, step: int, ck: str | None) -> None:
@@ -618,22 +672,12 @@ def _deliver(guard: SignalGuard, step: int, ck: str | None) -> None:
     guard.deliver(f"fit_batched stopped by {name} after step {step}: {tail}")
 
 
-def _result(
-    carry: dict[str, Any], last_loss: jax.Array, transforms: Any, opt_name: str
-) -> BatchedFitResult:
-    """Each problem's final parameters: its last ones, or its last finite ones."""
+def _result(carry: dict[str, Any], final: dict[str, Any], opt_name: str) -> BatchedFitResult:
+    """The per-problem results from the last carry and the run's ``final`` entries."""
     code = np.asarray(carry["code"])
     code = np.where(code == RUNNING, STEPS, code)  # stopped at steps
-    last = np.asarray(last_loss)
-    # a last update to non-finite parameters/loss: fall back to the last finite step
-    bad = (code == FAILED) | ~np.isfinite(last)
-    prev = np.asarray(carry["prev"])
-    loss = np.where(bad, prev, last)
-    u = jax.tree_util.tree_map(
-        lambda g, x: jnp.where(jnp.asarray(bad).reshape((-1,) + (1,) * (x.ndim - 1)), g, x),
-        carry["good"],
-        carry["u"],
-    )
+    bad = np.asarray(final["bad"])
+    loss = np.asarray(final["loss"])
     code = np.where(bad, FAILED, code)
     failed = code == FAILED
     n_steps = np.asarray(carry["k"])
@@ -649,14 +693,14 @@ def _result(
             "keep their last finite parameters)"
         )
     return BatchedFitResult(
-        params=to_constrained(u, transforms),
+        params=final["params"],
         loss=loss,
         log_marginal_likelihood=-loss,
         n_steps=n_steps,
         converged=code == CONVERGED,
         failed=failed,
         status=code,
-        unconstrained_params=u,
+        unconstrained_params=final["u"],
         optimizer=opt_name,
         message="; ".join(parts) + ".",
     )
