@@ -36,7 +36,7 @@ setup(
             "gpchol._cpu._lapack_ffi",
             sources=["gpchol/_cpu/lapack_ffi.cc"],
             language="c++",
-            extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden"],
+            extra_compile_args=["-std=c++17", "-O3", "-fvisibility=hidden"],
             optional=True,
         )
     ],

@@ -43,6 +43,8 @@ SIZES = (20, 50, 100, 200, 500)
 BATCHES = ((1024, 20), (256, 32), (64, 128))
 STEP_LIBS = ("gpchol-gp", "gpchol", "jax-default", "tinygp")
 REF = "gpchol-gp"
+SETTLE_S = 0.3
+WARM_S = 0.15
 
 
 def _interleaved(fns: dict[str, Callable[[], object]], repeats: int, chunk: float):
@@ -56,6 +58,15 @@ def _interleaved(fns: dict[str, Callable[[], object]], repeats: int, chunk: floa
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for k, f in fns.items():
+            # Let the previous library's BLAS threads go idle first: OpenBLAS's pool spins
+            # for ~0.1 s after a multi-threaded call (trsm, trtri, ... from n ~ 32 on),
+            # which on 2 cores slowed whatever was timed next by up to 2x. Then one
+            # untimed WARM_S of this library (the machine awake again; its own threads,
+            # if it wakes any, are part of its time).
+            time.sleep(SETTLE_S)
+            t_warm = time.perf_counter() + WARM_S
+            while time.perf_counter() < t_warm:
+                f()
             t0 = time.perf_counter()
             for _ in range(loops[k]):
                 f()

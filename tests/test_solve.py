@@ -107,6 +107,37 @@ def test_cho_inverse_lapack_and_tiled_agree(rng, dtype, batch):
         np.testing.assert_allclose(jax.vmap(gpchol.cho_inverse)(L), host, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 2, 31, 50, 100, 101, 140])
+def test_potri_handler_small_loops_and_lapack(rng, dtype, n):
+    """The potri handler: its own loops up to n = 100 (no OpenBLAS thread pool), LAPACK
+    above; both give A^-1 to the dtype's accuracy, exactly symmetric, in both layouts, and
+    NaN for a factor with an exactly zero diagonal entry (LAPACK's trtri info)."""
+    from gpchol._internal import cpu_ffi
+
+    if cpu_ffi.cpu_unavailable_reason() is not None:
+        pytest.skip(cpu_ffi.cpu_unavailable_reason())
+    a = random_spd(rng, n, (2,))
+    L = np.linalg.cholesky(a)
+    ref = np.linalg.inv(a)
+    scale = np.abs(ref).max()
+    tol = {np.float32: 5e-3, np.float64: 1e-9}[dtype]  # cond(a) ~ 1e2..1e3
+    Lj = jnp.asarray(np.tril(L) + np.triu(np.full_like(L, 7.0), 1), dtype)  # junk above
+    inv = np.asarray(jax.jit(cpu_ffi.potri)(Lj))
+    assert inv.dtype == dtype
+    np.testing.assert_allclose(inv / scale, ref / scale, atol=tol)
+    np.testing.assert_array_equal(inv, np.swapaxes(inv, -1, -2))
+    # the factor handed over column-major (row-major L^T): the same numbers
+    cm = np.asarray(jax.jit(lambda F: cpu_ffi.potri(F, column_major=True))(Lj))
+    np.testing.assert_allclose(cm / scale, ref / scale, atol=tol)
+    # a zero pivot: that matrix NaN, the other untouched
+    Lz = np.array(Lj)
+    Lz[1, n // 2, n // 2] = 0.0
+    out = np.asarray(jax.jit(cpu_ffi.potri)(jnp.asarray(Lz)))
+    assert np.isnan(out[1]).all()
+    np.testing.assert_array_equal(out[0], inv[0])
+
+
 def test_cho_inverse_lapack_grads_and_failure(rng):
     """The LAPACK inverse is differentiable to second order; a NaN factor gives NaN."""
     from gpchol._internal import cho_inverse_tiled, host_lapack

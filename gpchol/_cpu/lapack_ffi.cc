@@ -271,6 +271,55 @@ ffi::Error CholSolveImpl(ffi::Buffer<D> K, ffi::Buffer<D> r, ffi::ResultBuffer<D
 
 // ---- potri ----------------------------------------------------------------------------
 
+// Up to this order potri is computed here, without OpenBLAS: its trtri/lauum (behind
+// potri) run multi-threaded from n = 32 on, and the woken thread pool then spins for a
+// while, taking a core from XLA's own work for the rest of the step (on this project's
+// 2-core CPU an elementwise op on a 50 x 50 matrix took 27 us after a potri call and 15
+// us before; a GP step at n = 50 172 us against 130 us with OPENBLAS_NUM_THREADS=1).
+// Whole GP value-and-gradient steps with this bound at 64 / 128, us: n = 80: 298 / 216,
+// n = 100: 432-593 / 312-341, n = 128: 514-534 / 589-639 (the loops below are slower
+// than OpenBLAS's blocked code there, even with its threads).
+constexpr int64_t kSmallInverseMaxN = 100;
+
+// In place, n <= kSmallInverseMaxN: the row-major lower triangle of `a` holds L; on
+// return `a` holds the full symmetric A^-1 = L^-T L^-1 (A = L L^T). `work` holds n * n + n.
+// Returns false, with `a` undefined, when a diagonal entry of L is exactly zero (LAPACK's
+// trtri reports that pivot; the caller fills NaN as for potri's info > 0).
+template <typename T>
+bool InverseFromLowerSmall(T* a, int64_t n, T* work) {
+  T* M = work;          // L^-1, row-major lower
+  T* t = work + n * n;  // one row's accumulator
+  for (int64_t i = 0; i < n; ++i) {
+    const T lii = a[i * n + i];
+    if (lii == T(0)) return false;
+    // row i of L^-1: M[i][j] = -(sum_{j <= k < i} L[i][k] M[k][j]) / L[i][i], j < i;
+    // accumulated row by row of M (contiguous, vectorizable)
+    std::fill(t, t + i, T(0));
+    for (int64_t k = 0; k < i; ++k) {
+      const T lik = a[i * n + k];
+      const T* mk = M + k * n;
+      for (int64_t j = 0; j <= k; ++j) t[j] += lik * mk[j];
+    }
+    const T inv = T(1) / lii;
+    T* mi = M + i * n;
+    for (int64_t j = 0; j < i; ++j) mi[j] = -t[j] * inv;
+    mi[i] = inv;
+  }
+  // A^-1 = M^T M = sum_k m_k^T m_k over the rows m_k of M (row k nonzero in 0..k): the
+  // lower triangle by rank-one updates, then mirrored (the result is exactly symmetric)
+  for (int64_t i = 0; i < n; ++i) std::fill(a + i * n, a + i * n + i + 1, T(0));
+  for (int64_t k = 0; k < n; ++k) {
+    const T* mk = M + k * n;
+    for (int64_t i = 0; i <= k; ++i) {
+      const T mki = mk[i];
+      T* ai = a + i * n;
+      for (int64_t j = 0; j <= i; ++j) ai[j] += mki * mk[j];
+    }
+  }
+  MirrorLowerToUpper(a, n);
+  return true;
+}
+
 // `upper`: the buffer holds the factor transposed (row-major L^T, i.e. the column-major
 // view is L), as XLA's column-major potrf output reaches us without a relayout.
 template <typename T, ffi::DataType D>
@@ -284,8 +333,15 @@ ffi::Error PotriImpl(ffi::Buffer<D> F, ffi::ResultBuffer<D> out, bool upper) {
   // Column-major view: the factor sits in its lower triangle when `upper`, else upper.
   char uplo = upper ? 'L' : 'U';
   int nn = static_cast<int>(n), lda = std::max(nn, 1), info = 0;
+  std::vector<T> work;
+  if (n <= kSmallInverseMaxN) work.resize(static_cast<size_t>(n * n + n));
   for (int64_t b = 0; b < s.batch; ++b) {
     T* ob = o + b * n * n;
+    if (n <= kSmallInverseMaxN) {
+      if (upper) MoveUpperToLower(ob, n);
+      if (!InverseFromLowerSmall(ob, n, work.data())) FillNan(ob, n * n);
+      continue;
+    }
     info = 0;
     if (n > 0) Routines<T>::potri()(&uplo, &nn, ob, &lda, &info);
     if (info != 0) {
