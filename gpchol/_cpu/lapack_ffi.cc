@@ -161,16 +161,12 @@ void MoveUpperToLower(T* a, int64_t n) {
   });
 }
 
-// In place: LAPACK potrf('L') of the matrix whose row-major lower triangle `a` holds, as
-// XLA's Cholesky calls it (see the top comment). Returns the reference LAPACK info: 0, or
-// the first pivot (1-based) that is not positive -- NaN included. Reference LAPACK's
-// dpotrf2 tests `ajj <= 0 || disnan(ajj)`; OpenBLAS's own potrf (the one SciPy and jaxlib
-// ship) tests only `ajj <= 0` and reports success with NaN in the factor. A NaN pivot
-// leaves a NaN on the factor's diagonal at the same place, so the first NaN there is the
-// pivot reference LAPACK would name (PotrfColumnMajor: that call and that search, on the
-// column-major lower triangle). On success the row-major upper triangle holds L^T.
-// `symmetric`: the caller guarantees a[i][j] == a[j][i] bit for bit (e.g. K = (A + A^T)/2),
-// so the mirror would copy equal numbers onto themselves and is skipped.
+// In place: LAPACK potrf('L') of the column-major n x n matrix `a` (lower triangle read).
+// Returns the reference LAPACK info: 0, or the first pivot (1-based) that is not positive
+// -- NaN included. Reference LAPACK's dpotrf2 tests `ajj <= 0 || disnan(ajj)`; OpenBLAS's
+// own potrf (the one SciPy and jaxlib ship) tests only `ajj <= 0` and reports success
+// with NaN in the factor. A NaN pivot leaves a NaN on the factor's diagonal at the same
+// place, so the first NaN there is the pivot reference LAPACK would name.
 template <typename T>
 int PotrfColumnMajor(T* a, int64_t n) {
   char uplo = 'L';
@@ -183,6 +179,12 @@ int PotrfColumnMajor(T* a, int64_t n) {
   return 0;
 }
 
+// In place: PotrfColumnMajor of the matrix whose row-major lower triangle `a` holds, as
+// XLA's Cholesky calls it (see the top comment): the lower triangle is mirrored up first,
+// so the column-major lower triangle LAPACK reads is the same matrix. Same info. On
+// success the row-major upper triangle holds L^T.
+// `symmetric`: the caller guarantees a[i][j] == a[j][i] bit for bit (e.g. K = (A + A^T)/2),
+// so the mirror would copy equal numbers onto themselves and is skipped.
 template <typename T>
 int PotrfAsXla(T* a, int64_t n, bool symmetric = false) {
   if (!symmetric) MirrorLowerToUpper(a, n);
@@ -203,7 +205,7 @@ int FactorLowerInPlace(T* a, int64_t n, bool symmetric) {
 
 // In place: the column-major n x n matrix `a` (lower triangle read) -> its lower Cholesky
 // factor, strict upper zeroed: LAPACK potrf('L') exactly as XLA's own CPU Cholesky calls
-// it, with no relayout at all. Returns the reference LAPACK info (see PotrfAsXla).
+// it, with no relayout at all. Returns the reference LAPACK info (see PotrfColumnMajor).
 template <typename T>
 int FactorColumnMajorInPlace(T* a, int64_t n) {
   const int info = PotrfColumnMajor(a, n);

@@ -594,20 +594,20 @@ def fit_batched(
         patience=int(patience),
         vectorize=min(int(vectorize), B),
     )
-    # the checkpoint's fingerprint reads this loss's jaxpr (it is never compiled)
-    final_loss = jax.jit(jax.vmap(lambda u, a, b, c: loss_for(a, b, c)(u)))
     rest0 = {k: v for k, v in carry0.items() if k != "u"}
     args = (data.X, data.y, data.mask)
 
     ck = None if checkpoint is None else os.fspath(checkpoint)
     fp = None
     if ck is not None:
+        # the fingerprint reads this batch loss's jaxpr (it is never compiled)
+        batch_loss = jax.jit(jax.vmap(lambda u, a, b, c: loss_for(a, b, c)(u)))
         fp = fit_fingerprint(
             build_or_loss=lambda p: build(p, data.X[0]),
             params=params,
             y=None,
             u0=u0,
-            loss_u=lambda u: jnp.sum(final_loss(u, *args)),
+            loss_u=lambda u: jnp.sum(batch_loss(u, *args)),
             transforms=transforms,
             optimizer=opt_name,
             learning_rate=learning_rate,
