@@ -18,7 +18,7 @@ says (any pytree with two methods):
   ``K`` on the fly (the GP) never keeps it alive;
 * ``contract(source_dot, alpha, kinv) -> <W, dK>`` with ``source_dot`` the source's
   tangent: a dense matrix contracts the whole ``dK`` (:class:`DenseCovariance`), the GP
-  re-evaluates its kernel by blocks of rows so that no ``n x n`` kernel intermediate is
+  re-evaluates its kernel by tiles of the lower triangle so that no ``n x n`` kernel intermediate is
   stored (``gpchol._gp``).
 
 On the CPU with gpchol's compiled handlers the factorization and the two solves are one
