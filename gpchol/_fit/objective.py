@@ -154,6 +154,7 @@ def make_step(
     Returns:
         A :data:`StepFn`.
     """
+    loss = jax.jit(loss)
     if name == "lbfgs":
         value_and_grad = optax.value_and_grad_from_state(loss)
 
