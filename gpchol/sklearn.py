@@ -155,7 +155,8 @@ def _scipy_lbfgsb(
     from jax.flatten_util import ravel_pytree
     from scipy.optimize import minimize
 
-    u0, unravel = ravel_pytree(to_unconstrained(hp.initial(), hp.transforms))
+    u_start = to_unconstrained(hp.initial(), hp.transforms)
+    u0, unravel = ravel_pytree(u_start)
 
     @jax.jit
     def value_and_grad(u: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -180,7 +181,12 @@ def _scipy_lbfgsb(
         if best is None or (np.isfinite(res.fun) and not res.fun >= best.fun):
             best = res
     assert best is not None
-    best.params = unravel(jnp.asarray(best.x))
+    # unravelled by NumPy: ravel_pytree's own unravel would compile a jnp.split eagerly
+    leaves, treedef = jax.tree_util.tree_flatten(u_start)
+    parts = np.split(np.asarray(best.x), np.cumsum([np.size(x) for x in leaves])[:-1])
+    best.params = treedef.unflatten(
+        [jnp.asarray(p.reshape(np.shape(x)), x.dtype) for p, x in zip(parts, leaves, strict=True)]
+    )
     best.restart_losses = losses
     return best
 

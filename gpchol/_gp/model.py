@@ -253,11 +253,14 @@ def _conditioned_jvp(
 
 
 @jax.jit
-def _condition_jit(gp: GaussianProcess, r: jax.Array) -> tuple[jax.Array, ...]:
-    """The conditioning program, traced once per shape and GP structure."""
+def _condition_jit(gp: GaussianProcess, r: jax.Array) -> tuple[Any, ...]:
+    """The conditioning program, traced once per shape and GP structure:
+    ``(L, value, alpha, status, jitter_used, diagnostics)`` (the diagnostics cost O(n)
+    here, and a program of their own when asked for eagerly afterwards)."""
     be = resolve_backend(gp.backend, gp.X)
     nb = tile_for(be, gp.n, r.dtype, check_tile_size(gp.tile_size))
-    return _conditioned(gp, r, GaussianRule(be, nb, gp.jitter))
+    L, value, alpha, status, used = _conditioned(gp, r, GaussianRule(be, nb, gp.jitter))
+    return L, value, alpha, status, used, diagnose_factor(L, status, used)
 
 
 class GaussianProcess:
@@ -619,12 +622,12 @@ class GaussianProcess:
                 check=check,
                 part_check=partial(model_part, self.kernel),
             )
-        L, value, alpha, status, used = _condition_jit(self, r)
+        L, value, alpha, status, used, diagnostics = _condition_jit(self, r)
         if check and (not is_concrete(status) or bool(np.any(np.asarray(status) != 0))):
             self._check(status, check, "condition")
         post = Posterior(self, L, alpha, value, status, used, block_size)
         if is_concrete(value) and bool(np.all(np.isfinite(np.asarray(value)))):
-            post.diagnostics().warn_if_singular("GaussianProcess.condition", stacklevel=2)
+            diagnostics.warn_if_singular("GaussianProcess.condition", stacklevel=2)
         return post
 
     def numpyro_dist(self) -> Any:
