@@ -184,8 +184,9 @@ def _scipy_lbfgsb(
     # unravelled by NumPy: ravel_pytree's own unravel would compile a jnp.split eagerly
     leaves, treedef = jax.tree_util.tree_flatten(u_start)
     parts = np.split(np.asarray(best.x), np.cumsum([np.size(x) for x in leaves])[:-1])
-    best.params = treedef.unflatten(
-        [jnp.asarray(p.reshape(np.shape(x)), x.dtype) for p, x in zip(parts, leaves, strict=True)]
+    best.params = jax.tree_util.tree_unflatten(
+        treedef,
+        [jnp.asarray(p.reshape(np.shape(x)), x.dtype) for p, x in zip(parts, leaves, strict=True)],
     )
     best.restart_losses = losses
     return best
