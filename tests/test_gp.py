@@ -152,7 +152,8 @@ def test_gradient_wrt_the_gp_pytree(data):
 
 @pytest.mark.parametrize("n", [300, 513])
 def test_lean_core_matches_jax_default_rules(rng, n):
-    """n > 256: the blocked kernel contraction (a shifted, masked last block) and LAPACK
+    """n > 256: the kernel contraction over tiles of the lower triangle (n = 300: three
+    even tiles of 100; n = 513: five of 103, the last shifted back and masked) and LAPACK
     potri; the gradient wrt the whole GP pytree (ARD lengthscales, amplitude, per-point
     noise, the inputs X, the mean) equals JAX's own rules, in reverse and forward mode."""
     X = rng.uniform(-2, 2, (n, 2))
