@@ -113,8 +113,10 @@ class GPDiagnostics(NamedTuple):
         return True
 
 
-# Jitted: called eagerly after every eager fit or condition, where op by op it would
-# compile six small programs (about 0.3 s in a fresh process) instead of one.
+# Jitted: the diagnostics() methods and the eager likelihood's singular check call it
+# outside jit, where op by op it would compile six small programs (about 0.3 s in a
+# fresh process) instead of one. GaussianProcess.condition computes it inside its own
+# conditioning program instead.
 @jax.jit
 def diagnose_factor(L: jax.Array, status: jax.Array, jitter_used: jax.Array) -> GPDiagnostics:
     """:class:`GPDiagnostics` of a factor ``L`` (``(..., n, n)``) and its status.
