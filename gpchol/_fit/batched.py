@@ -68,6 +68,7 @@ from gpchol._fit.checkpoint import (
 )
 from gpchol._fit.fingerprint import fit_fingerprint
 from gpchol._fit.objective import (
+    Optimizer,
     default_transforms,
     make_optimizer,
     make_step,
@@ -422,7 +423,7 @@ def _initial_carry(
     u: Any,
     B: int,
     params_batched: bool,
-    opt: optax.GradientTransformation,
+    opt: Optimizer,
     steps: int,
     data_dtypes: tuple[Any, ...],
 ) -> dict[str, Any]:
@@ -506,8 +507,8 @@ def fit_batched(
         params_batched: whether ``params`` holds one value per problem (leading axis).
         transforms: a pytree prefix of ``params`` (one problem's) of
             :class:`gpchol.Transform`; default as in :func:`gpchol.fit`.
-        optimizer: ``"lbfgs"`` (``optax.lbfgs`` with its zoom line search), ``"adam"`` or
-            an optax ``GradientTransformation``.
+        optimizer: ``"lbfgs"`` (:func:`gpchol.fit`'s L-BFGS with its strong-Wolfe line
+            search), ``"adam"`` or an optax ``GradientTransformation``.
         steps: the most optimiser steps per problem.
         learning_rate: as in :func:`gpchol.fit`.
         tol: a problem stops when its relative loss change
@@ -586,7 +587,7 @@ def fit_batched(
         return unconstrained_loss(lambda p: build(p, Xb), yb, transforms)
 
     run = _make_runner(
-        lambda loss: make_step(opt_name, opt, loss),
+        lambda loss: make_step(opt, loss),
         loss_for,
         transforms,
         steps=int(steps),

@@ -1,4 +1,4 @@
-r"""Hyperparameter fitting: optax Adam / L-BFGS loops with transforms and checkpoints.
+r"""Hyperparameter fitting: L-BFGS / optax loops with transforms and checkpoints.
 
 :func:`fit` minimises a loss over a plain pytree of parameters. The parameters are given
 (and returned) in their natural, *constrained* space; a pytree prefix of
@@ -186,8 +186,9 @@ def fit(
         y: ``(n,)`` observations, or ``None`` when ``build_or_loss`` is a loss.
         transforms: a pytree prefix of ``params`` of :class:`gpchol.Transform` (``None``
             leaves: identity); default :func:`default_transforms`.
-        optimizer: ``"lbfgs"`` (``optax.lbfgs`` with its zoom line search, the default),
-            ``"adam"`` (``optax.adam``) or any optax ``GradientTransformation``.
+        optimizer: ``"lbfgs"`` (the default: L-BFGS with a strong-Wolfe line search,
+            :mod:`gpchol._fit.lbfgs`, compiled with one copy of the loss), ``"adam"``
+            (``optax.adam``) or any optax ``GradientTransformation``.
         steps: maximum number of optimiser steps (per start).
         learning_rate: Adam's step size (default 0.05); L-BFGS's fixed step instead of the
             line search (default ``None``: line search).
@@ -290,7 +291,7 @@ def fit(
     plan = FitPlan(
         optimizer=opt_name,
         init_opt_state=opt.init,
-        step_fn=make_step(opt_name, opt, loss_u),
+        step_fn=make_step(opt, loss_u),
         transforms=transforms,
         u0=u0,
         restart_scale=restart_scale,

@@ -10,7 +10,7 @@ Example:
     >>> from gpchol._fit.objective import make_optimizer, make_step, unconstrained_loss
     >>> name, opt = make_optimizer("adam", 0.1)
     >>> loss = unconstrained_loss(lambda p: (p - 1.0) ** 2, None, None)
-    >>> step = make_step(name, opt, loss)
+    >>> step = make_step(opt, loss)
     >>> u = jnp.asarray(0.0)
     >>> u1, s1, value, finite = step(u, opt.init(u))
     >>> float(value), bool(finite), float(u1) > 0.0
@@ -20,20 +20,31 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import jax
 import jax.numpy as jnp
 import optax
 
 from gpchol._base.transforms import to_constrained
+from gpchol._fit.lbfgs import LBFGS
 from gpchol.kernels import Kernel
 from gpchol.means import Mean
 
-__all__ = ["StepFn", "default_transforms", "make_optimizer", "make_step", "unconstrained_loss"]
+__all__ = [
+    "Optimizer",
+    "StepFn",
+    "default_transforms",
+    "make_optimizer",
+    "make_step",
+    "unconstrained_loss",
+]
 
 StepFn = Callable[[Any, Any], tuple[Any, Any, jax.Array, jax.Array]]
 """``(params, opt_state) -> (new params, new opt_state, loss at params, gradient finite)``."""
+
+Optimizer: TypeAlias = optax.GradientTransformation | LBFGS
+"""An optax transformation, or :class:`~gpchol._fit.lbfgs.LBFGS` (its own step)."""
 
 
 def default_transforms(params: Any) -> Any:
@@ -66,12 +77,13 @@ def default_transforms(params: Any) -> Any:
 
 def make_optimizer(
     optimizer: str | optax.GradientTransformation, learning_rate: float | None
-) -> tuple[str, optax.GradientTransformation]:
-    """The optimiser's name and optax transformation.
+) -> tuple[str, Optimizer]:
+    """The optimiser's name and the optimiser.
 
     Args:
-        optimizer: ``"adam"``, ``"lbfgs"`` (or ``"l-bfgs"``), or an optax
-            ``GradientTransformation`` (named by its type).
+        optimizer: ``"adam"`` (``optax.adam``), ``"lbfgs"`` (or ``"l-bfgs"``:
+            :class:`~gpchol._fit.lbfgs.LBFGS`, whose compiled step holds the loss once), or
+            an optax ``GradientTransformation`` (named by its type).
         learning_rate: Adam's step (default 0.05); L-BFGS's fixed step instead of its line
             search (``None``: line search).
 
@@ -92,7 +104,7 @@ def make_optimizer(
         if name == "adam":
             return "adam", optax.adam(0.05 if learning_rate is None else learning_rate)
         if name in ("lbfgs", "l-bfgs"):
-            return "lbfgs", optax.lbfgs(learning_rate=learning_rate)
+            return "lbfgs", LBFGS(learning_rate=learning_rate)
         raise ValueError(
             f"optimizer must be 'adam', 'lbfgs' or an optax GradientTransformation; got "
             f"{optimizer!r}."
@@ -140,35 +152,25 @@ def _all_finite(tree: Any) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
-def make_step(
-    name: str, opt: optax.GradientTransformation, loss: Callable[[Any], jax.Array]
-) -> StepFn:
+def make_step(opt: Optimizer, loss: Callable[[Any], jax.Array]) -> StepFn:
     """One jitted optimiser step: the loss and its gradient, then the update.
 
     Args:
-        name: the optimiser's name from :func:`make_optimizer` (``"lbfgs"`` passes the
-            value, gradient and loss function its line search needs).
-        opt: the optax transformation.
+        opt: the optimiser (:class:`~gpchol._fit.lbfgs.LBFGS` steps itself, its line
+            search included).
         loss: ``u -> scalar loss``.
 
     Returns:
         A :data:`StepFn`.
     """
     loss = jax.jit(loss)
-    if name == "lbfgs":
-        value_and_grad = optax.value_and_grad_from_state(loss)
+    if isinstance(opt, LBFGS):
+        return jax.jit(opt.make_step(loss))
+    value_and_grad = jax.value_and_grad(loss)
 
-        def step(u: Any, s: Any) -> tuple[Any, Any, jax.Array, jax.Array]:
-            v, g = value_and_grad(u, state=s)
-            updates, s2 = opt.update(g, s, u, value=v, grad=g, value_fn=loss)
-            return optax.apply_updates(u, updates), s2, v, _all_finite(g)
-
-    else:
-        plain_value_and_grad = jax.value_and_grad(loss)
-
-        def step(u: Any, s: Any) -> tuple[Any, Any, jax.Array, jax.Array]:
-            v, g = plain_value_and_grad(u)
-            updates, s2 = opt.update(g, s, u)
-            return optax.apply_updates(u, updates), s2, v, _all_finite(g)
+    def step(u: Any, s: Any) -> tuple[Any, Any, jax.Array, jax.Array]:
+        v, g = value_and_grad(u)
+        updates, s2 = opt.update(g, s, u)
+        return optax.apply_updates(u, updates), s2, v, _all_finite(g)
 
     return jax.jit(step)
