@@ -315,32 +315,21 @@ class LBFGS:
                 return (c["stage"] != _DONE) & (c["it"] < max_evals + 1)
 
             def body(c: dict[str, Any]) -> dict[str, Any]:
-                # the direction, once g0 is known (computed in one place of the program)
-                d, slope0, cleared = search_direction(c["g0"], st)
-                c = jax.tree_util.tree_map(
-                    lambda a, b: jnp.where(c["need_direction"], a, b),
-                    {
-                        "d": d,
-                        "slope0": slope0,
-                        "cleared": cleared,
-                        "lo": (zero, c["f0"], slope0),
-                        "need_direction": jnp.zeros((), bool),
-                    },
-                    {k: c[k] for k in ("d", "slope0", "cleared", "lo", "need_direction")},
-                ) | {
-                    k: v
-                    for k, v in c.items()
-                    if k not in ("d", "slope0", "cleared", "lo", "need_direction")
-                }
+                # the direction, once g0 is known: in one place of the program, and run
+                # only at the first trial of a step (under vmap, cond runs both branches)
+                c = jax.lax.cond(
+                    c["need_direction"], lambda c: _with_direction(c, st), lambda c: c, c
+                )
                 xt = x + c["t"] * c["d"]
                 f, gt = value_and_grad(unravel(xt))
                 f = f.astype(dt)
                 g = ravel_pytree(gt)[0].astype(dt)
                 finite = jnp.isfinite(f) & jnp.all(jnp.isfinite(g))
-                first = _after_first(c, f, g, finite)
-                trial = _after_trial(c, xt, f, g, finite, max_evals)
-                return jax.tree_util.tree_map(
-                    lambda a, b: jnp.where(c["stage"] == _EVAL0, a, b), first, trial
+                return jax.lax.cond(
+                    c["stage"] == _EVAL0,
+                    lambda c: _after_first(c, f, g, finite),
+                    lambda c: _after_trial(c, xt, f, g, finite, max_evals),
+                    c,
                 )
 
             c = jax.lax.while_loop(cond, body, c0)
@@ -375,6 +364,20 @@ def _push(st: LBFGSState, s: jax.Array, y: jax.Array, use: jax.Array) -> LBFGSSt
         y=jnp.where(keep, st.y.at[i].set(y), st.y),
         rho=jnp.where(keep, st.rho.at[i].set(1.0 / jnp.where(keep, sy, 1.0)), st.rho),
     )
+
+
+def _with_direction(c: dict[str, Any], st: LBFGSState) -> dict[str, Any]:
+    """The carry with the direction at ``g0`` and the bracket's lower end ``t = 0``."""
+    d, slope0, cleared = search_direction(c["g0"], st)
+    zero = jnp.zeros_like(c["t"])
+    return {
+        **c,
+        "d": d,
+        "slope0": slope0,
+        "cleared": cleared,
+        "lo": (zero, c["f0"], slope0),
+        "need_direction": jnp.zeros((), bool),
+    }
 
 
 def _after_first(
