@@ -575,3 +575,31 @@ def test_chol_solve_column_major_is_the_same_call(n, dtype):
     np.testing.assert_array_equal(got, np.swapaxes(got, -1, -2))
     want = np.linalg.inv(b.astype(np.float64))
     np.testing.assert_allclose(got, want, rtol=1e3 * tol, atol=1e3 * tol * np.abs(want).max())
+
+
+def test_openblas_thread_functions_are_found_and_work():
+    # the handlers run potrf/potri above n = 20,000 on one OpenBLAS thread (SciPy's
+    # OpenBLAS 0.3.30 segfaults in its threaded dpotrf at n = 23,100 on this project's
+    # machine); they need OpenBLAS's own get/set_num_threads, found here
+    import ctypes
+    import sys
+
+    from gpchol._cpu import ffi
+
+    if ffi.cpu_unavailable_reason() is not None or not sys.platform.startswith("linux"):
+        pytest.skip("the compiled CPU handlers or /proc/self/maps are not available")
+    import scipy
+
+    funcs = ffi._openblas_thread_functions()
+    if funcs is None:
+        pytest.skip(f"SciPy {scipy.__version__} does not ship its own OpenBLAS here")
+    get = ctypes.CFUNCTYPE(ctypes.c_int)(funcs[0])
+    set_ = ctypes.CFUNCTYPE(None, ctypes.c_int)(funcs[1])
+    before = get()
+    assert before >= 1
+    try:
+        set_(1)
+        assert get() == 1
+    finally:
+        set_(before)
+    assert get() == before

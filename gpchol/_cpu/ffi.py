@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.machinery
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -109,11 +110,46 @@ def _load() -> str | None:
         lib.gpchol_cpu_set_lapack.argtypes = [ctypes.c_void_p] * len(ptrs)
         if lib.gpchol_cpu_set_lapack(*ptrs) != 0:
             return "gpchol_cpu_set_lapack rejected SciPy's LAPACK routines"
+        threads = _openblas_thread_functions()
+        if threads is not None:
+            lib.gpchol_cpu_set_threads.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            lib.gpchol_cpu_set_threads(*threads)
         for name in TARGETS:
             jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform="cpu")
     except (OSError, AttributeError, ImportError, KeyError, RuntimeError) as e:
         return f"loading the compiled CPU handlers from {path} failed: {e}"
     _state["lib"] = lib  # keep the library loaded for the life of the process
+    return None
+
+
+def _openblas_thread_functions() -> tuple[int, int] | None:
+    """Addresses of ``get``/``set_num_threads`` of the OpenBLAS SciPy's LAPACK comes from.
+
+    Found among the libraries this process has loaded (Linux ``/proc/self/maps``) in
+    SciPy's wheel's ``scipy.libs`` folder; ``None`` elsewhere (another LAPACK, another
+    system): the handlers then leave OpenBLAS's threads alone.
+    """
+    import scipy
+
+    libs = os.path.dirname(scipy.__file__) + ".libs" + os.sep
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if libs in line and "openblas" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            so = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix in ("scipy_openblas", "openblas"):
+            get = getattr(so, f"{prefix}_get_num_threads", None)
+            set_ = getattr(so, f"{prefix}_set_num_threads", None)
+            if get is not None and set_ is not None:
+                return (
+                    ctypes.cast(get, ctypes.c_void_p).value or 0,
+                    ctypes.cast(set_, ctypes.c_void_p).value or 0,
+                )
     return None
 
 

@@ -75,6 +75,39 @@ struct Lapack {
 // registered with XLA) and only read afterwards.
 Lapack g_lapack;
 
+// OpenBLAS's thread count (SciPy's OpenBLAS), when gpchol._cpu.ffi found its functions.
+struct Threads {
+  int (*get)() = nullptr;
+  void (*set)(int) = nullptr;
+};
+Threads g_threads;
+
+// Above this order potrf/potri run on one OpenBLAS thread. SciPy 1.17.1's OpenBLAS 0.3.30
+// (2 threads, AMD EPYC) segfaults in its threaded dpotrf at n = 23,100 and 23,200 and
+// completes at n = 20,000 and 21,500; plain scipy.linalg.lapack.dpotrf reproduces it, and with
+// OPENBLAS_NUM_THREADS=1 it completes at n = 23,200. One thread is slower (on 2 cores at
+// most 2x) but a crash loses the whole process and the fit in it.
+constexpr int64_t kThreadedMaxN = 20000;
+
+// While alive: OpenBLAS on one thread when n > kThreadedMaxN (restored afterwards).
+class OneThreadAbove {
+ public:
+  explicit OneThreadAbove(int64_t n) {
+    if (n > kThreadedMaxN && g_threads.get != nullptr && g_threads.set != nullptr) {
+      saved_ = g_threads.get();
+      if (saved_ > 1) g_threads.set(1);
+    }
+  }
+  ~OneThreadAbove() {
+    if (saved_ > 1) g_threads.set(saved_);
+  }
+  OneThreadAbove(const OneThreadAbove&) = delete;
+  OneThreadAbove& operator=(const OneThreadAbove&) = delete;
+
+ private:
+  int saved_ = 0;
+};
+
 template <typename T>
 struct Routines;
 
@@ -171,7 +204,10 @@ template <typename T>
 int PotrfColumnMajor(T* a, int64_t n) {
   char uplo = 'L';
   int nn = static_cast<int>(n), lda = std::max(nn, 1), info = 0;
-  Routines<T>::potrf()(&uplo, &nn, a, &lda, &info);
+  {
+    OneThreadAbove guard(n);
+    Routines<T>::potrf()(&uplo, &nn, a, &lda, &info);
+  }
   if (info != 0) return info;
   for (int64_t j = 0; j < n; ++j) {
     if (std::isnan(a[j * n + j])) return static_cast<int>(j + 1);
@@ -345,7 +381,10 @@ ffi::Error PotriImpl(ffi::Buffer<D> F, ffi::ResultBuffer<D> out, bool upper) {
       continue;
     }
     info = 0;
-    if (n > 0) Routines<T>::potri()(&uplo, &nn, ob, &lda, &info);
+    if (n > 0) {
+      OneThreadAbove guard(n);
+      Routines<T>::potri()(&uplo, &nn, ob, &lda, &info);
+    }
     if (info != 0) {
       FillNan(ob, n * n);
     } else if (upper) {
@@ -396,6 +435,14 @@ GPCHOL_EXPORT int gpchol_cpu_set_lapack(void* spotrf, void* dpotrf, void* spotri
   g_lapack.dpotri = reinterpret_cast<PotrfFn<double>*>(dpotri);
   g_lapack.strsv = reinterpret_cast<TrsvFn<float>*>(strsv);
   g_lapack.dtrsv = reinterpret_cast<TrsvFn<double>*>(dtrsv);
+  return 0;
+}
+
+// Optional: OpenBLAS's get/set_num_threads (see OneThreadAbove). 0 on success.
+GPCHOL_EXPORT int gpchol_cpu_set_threads(void* get, void* set) {
+  if (!get || !set) return -1;
+  g_threads.get = reinterpret_cast<int (*)()>(get);
+  g_threads.set = reinterpret_cast<void (*)(int)>(set);
   return 0;
 }
 
