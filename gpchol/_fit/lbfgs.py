@@ -336,7 +336,7 @@ class LBFGS:
             # accepted; else the lowest trial with sufficient decrease; else no move
             use_safe = ~c["ok"] & (c["safe"][0] > 0)
             moved = c["ok"] | use_safe
-            t_fin, f_fin, x_fin, g_fin = jax.tree_util.tree_map(
+            _, f_fin, x_fin, g_fin = jax.tree_util.tree_map(
                 lambda a, b: jnp.where(c["ok"], a, b), c["out"], c["safe"]
             )
             x_new = jnp.where(moved, x_fin, x)
@@ -346,7 +346,6 @@ class LBFGS:
             st = st._replace(n_pairs=jnp.where(c["cleared"] | ~moved, 0, st.n_pairs))
             st = _push(st, x_new - x, g_new - c["g0"], moved)
             st = st._replace(x=x_new, value=f_new, grad=g_new, known=start_ok)
-            del t_fin
             return unravel(x_new), st, c["f0"], jnp.all(jnp.isfinite(c["g0"]))
 
         return step
