@@ -14,6 +14,7 @@ that the package's private modules can be rearranged without touching them.
 * :func:`maybe_sharded_cholesky`: the routing of sharded inputs;
 * ``distributed_api``, ``distributed_local``: modules of the sharded layer (tile defaults,
   the collectives record used by ``benchmarks/bench_distributed.py``);
+* ``lbfgs_module``: :func:`gpchol.fit`'s L-BFGS (the two-loop product, the direction);
 * ``fit_batched_module``, ``posterior_module``, ``persist_module``: the modules behind
   :func:`gpchol.fit_batched`, :class:`gpchol.Posterior` and :func:`gpchol.save` (status
   codes, block-size rule, jit caches, the file format's version).
@@ -24,6 +25,7 @@ from gpchol._base import io
 from gpchol._cpu import ffi as cpu_ffi
 from gpchol._cuda import ffi as cuda_ffi
 from gpchol._fit import batched as fit_batched_module
+from gpchol._fit import lbfgs as lbfgs_module
 from gpchol._gp import posterior as posterior_module
 from gpchol._linalg import host_lapack
 from gpchol._linalg.backends import backend
@@ -44,6 +46,7 @@ __all__ = [
     "fit_batched_module",
     "host_lapack",
     "io",
+    "lbfgs_module",
     "maybe_sharded_cholesky",
     "persist_module",
     "posterior_module",

@@ -14,7 +14,12 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from gpchol._fit.lbfgs import LBFGS, LBFGSState, inverse_hessian_product, search_direction
+from gpchol._internal import lbfgs_module
+
+LBFGS = lbfgs_module.LBFGS
+LBFGSState = lbfgs_module.LBFGSState
+inverse_hessian_product = lbfgs_module.inverse_hessian_product
+search_direction = lbfgs_module.search_direction
 
 
 def _run(loss: Any, u0: Any, steps: int, opt: LBFGS | None = None) -> tuple[Any, list[float]]:

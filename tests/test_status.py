@@ -584,7 +584,7 @@ def test_openblas_thread_functions_are_found_and_work():
     import ctypes
     import sys
 
-    from gpchol._cpu import ffi
+    from gpchol._internal import cpu_ffi as ffi
 
     if ffi.cpu_unavailable_reason() is not None or not sys.platform.startswith("linux"):
         pytest.skip("the compiled CPU handlers or /proc/self/maps are not available")
