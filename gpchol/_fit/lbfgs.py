@@ -267,6 +267,7 @@ class LBFGS:
             x = x.astype(st.x.dtype)
             f, gt = value_and_grad(u)
             g = ravel_pytree(gt)[0].astype(x.dtype)
+            grad_ok = jnp.all(jnp.isfinite(g))
             st = _push(st, x - st.x, g - st.grad, st.known)
             d, _, cleared = search_direction(g, st)
             st = st._replace(
@@ -274,9 +275,9 @@ class LBFGS:
                 x=x,
                 value=f.astype(x.dtype),
                 grad=g,
-                known=jnp.isfinite(f) & jnp.all(jnp.isfinite(g)),
+                known=jnp.isfinite(f) & grad_ok,
             )
-            return unravel(x + lr * d), st, f, jnp.all(jnp.isfinite(g))
+            return unravel(x + lr * d), st, f, grad_ok
 
         return step
 
@@ -342,11 +343,12 @@ class LBFGS:
             x_new = jnp.where(moved, x_fin, x)
             f_new = jnp.where(moved, f_fin, c["f0"])
             g_new = jnp.where(moved, g_fin, c["g0"])
-            start_ok = jnp.isfinite(c["f0"]) & jnp.all(jnp.isfinite(c["g0"]))
+            grad_ok = jnp.all(jnp.isfinite(c["g0"]))
             st = st._replace(n_pairs=jnp.where(c["cleared"] | ~moved, 0, st.n_pairs))
             st = _push(st, x_new - x, g_new - c["g0"], moved)
-            st = st._replace(x=x_new, value=f_new, grad=g_new, known=start_ok)
-            return unravel(x_new), st, c["f0"], jnp.all(jnp.isfinite(c["g0"]))
+            known = jnp.isfinite(c["f0"]) & grad_ok
+            st = st._replace(x=x_new, value=f_new, grad=g_new, known=known)
+            return unravel(x_new), st, c["f0"], grad_ok
 
         return step
 
