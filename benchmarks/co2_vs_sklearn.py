@@ -45,16 +45,23 @@ def _gpchol(steps: int):
     return res.log_marginal_likelihood, time.perf_counter() - t0, res
 
 
-def _sklearn(restarts: int):
+def _sklearn(restarts: int, data: str | None = None):
+    """scikit-learn's fits from both starts; ``data``: an ``.npz`` with ``X``, ``y`` to read
+    instead of loading through ``gpchol.datasets`` (which imports JAX: a fresh process
+    timing scikit-learn must not pay for JAX's import)."""
     import numpy as np
     from sklearn.gaussian_process import GaussianProcessRegressor
     from sklearn.gaussian_process.kernels import RBF, ExpSineSquared, RationalQuadratic
     from sklearn.gaussian_process.kernels import WhiteKernel as W
 
-    from gpchol import datasets
+    if data is None:
+        from gpchol import datasets
 
-    data = datasets.load("co2", monthly=True)
-    X, y = np.asarray(data.X), np.asarray(data.y)
+        co2 = datasets.load("co2", monthly=True)
+        X, y = np.asarray(co2.X), np.asarray(co2.y)
+    else:
+        with np.load(data) as f:
+            X, y = f["X"], f["y"]
     y = y - y.mean()
     kernels = {
         "sklearn example init": 50.0**2 * RBF(50.0)
