@@ -282,7 +282,7 @@ def test_cli_co2_component_curves():
     p = {k: jnp.asarray(v) for k, v in m.spec.init_params().items()}
     post = m.gp(p, np.float64).condition(jnp.asarray(m.ys(m.y)))
     grid = jnp.asarray(m.xs(np.linspace(1960.0, 2010.0, 37)[:, None]))
-    curves = _curves(post, grid, 3)
+    curves = _curves(m.gp(p, np.float64), jnp.asarray(m.ys(m.y)), grid, 3)
     assert len(curves) == 4
     whole, var_y = post.mean_and_variance(grid, include_noise=True)
     # the same arithmetic fused differently inside one program: rounding of the order of

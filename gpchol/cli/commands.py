@@ -360,10 +360,8 @@ def run_fit(args: argparse.Namespace) -> int:
     if png is not None:
         from gpchol.cli.plotting import plot_fit
 
-        post = model.gp(params, dtype).condition(model.ys(model.y).astype(dtype))
-        assert isinstance(post, gpchol.Posterior)  # the command line's X is on one device
         unit = " years" if model.spec.spec == "co2" else ""
-        plot_fit(model, post, dtype, png, extrapolate, unit)
+        plot_fit(model, params, dtype, png, extrapolate, unit)
     info = {
         "optimizer": args.optimizer,
         "steps": args.steps,
