@@ -57,7 +57,7 @@ def _curves(
     per grid shape). A covariance that is not positive definite gives NaN curves."""
     post = gp.condition(y)
     out = [post.mean_and_variance(grid, include_noise=True)]
-    for term in additive_terms(post.gp.kernel)[:parts]:
+    for term in additive_terms(gp.kernel)[:parts]:
         out.append(post.mean_and_variance(grid, kernel=term))
     return out
 
@@ -99,9 +99,7 @@ def plot_fit(
     names = _CO2_PANELS if model.spec.spec == "co2" else ()
     gp = model.gp(params, dtype)
     ys = jnp.asarray(model.ys(model.y), dtype)
-    curves = [
-        tuple(np.asarray(a, np.float64) for a in c) for c in _curves(gp, ys, gs, len(names))
-    ]
+    curves = [tuple(np.asarray(a, np.float64) for a in c) for c in _curves(gp, ys, gs, len(names))]
     mean = curves[0][0] * model.y_scale + model.y_shift
     std = np.sqrt(curves[0][1]) * model.y_scale
     height = 5 + 2.2 * len(names)
