@@ -578,9 +578,10 @@ def test_chol_solve_column_major_is_the_same_call(n, dtype):
 
 
 def test_openblas_thread_functions_are_found_and_work():
-    # the handlers run potrf/potri above n = 20,000 on one OpenBLAS thread (SciPy's
-    # OpenBLAS 0.3.30 segfaults in its threaded dpotrf at n = 23,100 on this project's
-    # machine); they need OpenBLAS's own get/set_num_threads, found here
+    # without the BLAS-3 routines of the split factor, the handlers run potrf/potri above
+    # n = 20,000 on one OpenBLAS thread (SciPy's OpenBLAS 0.3.30 segfaults in its threaded
+    # dsyrk, and so dpotrf, at n = 23,100 on this project's machine); they need OpenBLAS's
+    # own get/set_num_threads, found here
     import ctypes
     import sys
 
@@ -603,3 +604,90 @@ def test_openblas_thread_functions_are_found_and_work():
     finally:
         set_(before)
     assert get() == before
+
+
+# ------------------------------------- the handlers' split factor and inverse (large n)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n, split_above", [(101, 1), (130, 7), (130, 64), (300, 64), (300, 299)])
+def test_split_factor_and_inverse_match_lapack(n, split_above, dtype):
+    """Above ``split_above`` the handlers factor and invert by halving (BLAS-3 on blocks:
+    SciPy's OpenBLAS crashes in its threaded syrk/potrf from order ~23,000 on); forced here
+    at small n, the factor, log-det, solve and inverse agree with one LAPACK call, and the
+    status is LAPACK's ``info`` where the failing pivot is clear-cut (a negative or NaN
+    pivot in either half, or at the halves' border)."""
+    from gpchol._internal import cpu_ffi
+
+    if cpu_ffi.cpu_unavailable_reason() is not None:
+        pytest.skip(cpu_ffi.cpu_unavailable_reason())
+    s = seed("split", n, split_above, np.dtype(dtype).name)
+    rng = np.random.default_rng(s)
+    msg = f"n={n} split_above={split_above} {np.dtype(dtype).name} seed={s}"
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    a = random_spd(rng, n, (3,)).astype(dtype)
+    r = rng.standard_normal((3, n)).astype(dtype)
+    whole = [np.asarray(x) for x in jax.jit(lambda a, r: cpu_ffi.chol_solve(a, r))(a, r)]
+    for column_major in (False, True):
+
+        def run(a, r, cm=column_major):
+            return cpu_ffi.chol_solve(a, r, column_major=cm, split_above=split_above)
+
+        split = [np.asarray(x) for x in jax.jit(run)(a, r)]
+        np.testing.assert_array_equal(split[4], 0, err_msg=msg)
+        for i in range(4):  # L, alpha, quad, logdet
+            scale = np.abs(whole[i]).max()
+            np.testing.assert_allclose(split[i], whole[i], rtol=tol, atol=tol * scale, err_msg=msg)
+        np.testing.assert_array_equal(np.triu(split[0], 1), 0, err_msg=msg)
+
+    # the inverse from the factor, in each of the handler's layouts, against NumPy
+    L = np.linalg.cholesky(a.astype(np.float64)).astype(dtype)
+    want = np.linalg.inv(a.astype(np.float64))
+    got = {
+        "lower": cpu_ffi.potri(jnp.asarray(L), split_above=split_above),
+        "upper": cpu_ffi.potri(
+            jnp.asarray(np.swapaxes(L, -1, -2)), upper=True, split_above=split_above
+        ),
+        "column-major": jax.jit(
+            lambda f: cpu_ffi.potri(f, column_major=True, split_above=split_above)
+        )(jnp.asarray(L)),
+    }
+    for name, inv in got.items():
+        inv = np.asarray(inv)
+        np.testing.assert_array_equal(inv, np.swapaxes(inv, -1, -2), err_msg=f"{msg} {name}")
+        np.testing.assert_allclose(
+            inv, want, rtol=1e3 * tol, atol=1e3 * tol * np.abs(want).max(), err_msg=f"{msg} {name}"
+        )
+    # a factor with an exact zero on its diagonal: NaN, as potri's info > 0
+    L0 = L[0].copy()
+    L0[n - 1 - n // 3, n - 1 - n // 3] = 0
+    assert np.isnan(np.asarray(cpu_ffi.potri(jnp.asarray(L0), split_above=split_above))).all()
+
+    # clear-cut failures: the pivot k is negative (or NaN) whatever the order of the sums
+    n1 = n // 2
+    for k in sorted({0, max(n1 - 1, 0), n1, n - 1}):
+        for bad in (-1.0, np.nan):
+            b = random_spd(rng, n).astype(dtype)
+            if np.isnan(bad):
+                b[k, : k + 1] = np.nan  # row k of the lower triangle
+            else:
+                b[k, k] = bad
+            want_info = k + 1
+            got_solve = int(
+                cpu_ffi.chol_solve(jnp.asarray(b), jnp.zeros(n, dtype), split_above=split_above)[4]
+            )
+            got_info = int(
+                cpu_ffi.potrf_info(jnp.asarray(b), jnp.asarray(True), split_above=split_above)
+            )
+            assert (got_solve, got_info) == (want_info, want_info), f"{msg} k={k} bad={bad}"
+            assert int(lapack_info(symmetric(b))) == want_info, f"{msg} k={k}: the reference"
+
+
+def test_split_above_must_be_a_positive_int():
+    from gpchol._internal import cpu_ffi
+
+    if cpu_ffi.cpu_unavailable_reason() is not None:
+        pytest.skip(cpu_ffi.cpu_unavailable_reason())
+    for bad in (0, -5, True):
+        with pytest.raises(ValueError, match="split_above"):
+            cpu_ffi.potri(jnp.eye(3), split_above=bad)

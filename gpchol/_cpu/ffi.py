@@ -65,6 +65,19 @@ _ROUTINES = (
     ("cython_blas", "dtrsv"),
 )
 
+# gpchol_cpu_set_blas3's, in its argument order: float's, then double's.
+_BLAS3 = tuple(
+    ("cython_lapack" if op in ("trtri", "lauum") else "cython_blas", prefix + op)
+    for prefix in "sd"
+    for op in ("trsm", "trmm", "syrk", "gemm", "trtri", "lauum")
+)
+
+SPLIT_ABOVE = 20_000
+"""Above this order the handlers factor and invert by halving (BLAS-3 on blocks, with
+OpenBLAS's threads) instead of one potrf / potri call: SciPy 1.17.1's OpenBLAS crashes in
+its threaded ``syrk`` (and so ``potrf``) from about order 23,000 on (see
+``lapack_ffi.cc``)."""
+
 _lock = threading.Lock()
 _state: dict[str, Any] = {}  # "reason": str | None once loading was tried
 
@@ -110,6 +123,11 @@ def _load() -> str | None:
         lib.gpchol_cpu_set_lapack.argtypes = [ctypes.c_void_p] * len(ptrs)
         if lib.gpchol_cpu_set_lapack(*ptrs) != 0:
             return "gpchol_cpu_set_lapack rejected SciPy's LAPACK routines"
+        blas3 = [_capsule_pointer(modules[m].__pyx_capi__[name]) for m, name in _BLAS3]
+        lib.gpchol_cpu_set_blas3.restype = ctypes.c_int
+        lib.gpchol_cpu_set_blas3.argtypes = [ctypes.c_void_p] * len(blas3)
+        if lib.gpchol_cpu_set_blas3(*blas3) != 0:
+            return "gpchol_cpu_set_blas3 rejected SciPy's BLAS-3 routines"
         threads = _openblas_thread_functions()
         if threads is not None:
             lib.gpchol_cpu_set_threads.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
@@ -186,7 +204,12 @@ def _column_major(ndim: int) -> tuple[int, ...]:
 
 
 def chol_solve(
-    K: jax.Array, r: jax.Array, *, column_major: bool = False, symmetric: bool = False
+    K: jax.Array,
+    r: jax.Array,
+    *,
+    column_major: bool = False,
+    symmetric: bool = False,
+    split_above: int = SPLIT_ABOVE,
 ) -> tuple[jax.Array, ...]:
     """``(L, alpha, quad, logdet, status)`` of ``K`` and ``r`` by LAPACK, ``K`` in place.
 
@@ -203,6 +226,7 @@ def chol_solve(
         symmetric: the caller guarantees ``K`` equals its transpose bit for bit (e.g.
             ``(A + A^T) / 2``): the row-major form then skips its first relayout pass
             (the result is the same).
+        split_above: above this order ``K`` is factored by halving (:data:`SPLIT_ABOVE`).
 
     Returns:
         ``L (..., n, n)`` (lower, zero strict upper), ``alpha = K^-1 r (..., n)``,
@@ -232,10 +256,30 @@ def chol_solve(
         input_layouts=[cm, None],
         output_layouts=[cm, None, None, None, None],
     )
-    return tuple(call(K, r.astype(K.dtype), column_major=column_major, symmetric=symmetric))
+    return tuple(
+        call(
+            K,
+            r.astype(K.dtype),
+            column_major=column_major,
+            symmetric=symmetric,
+            split_above=_order_bound(split_above),
+        )
+    )
 
 
-def potri(F: jax.Array, *, upper: bool = False, column_major: bool = False) -> jax.Array:
+def _order_bound(split_above: int) -> np.int64:
+    if isinstance(split_above, bool) or int(split_above) < 1:
+        raise ValueError(f"split_above must be an int >= 1; got {split_above!r}.")
+    return np.int64(split_above)
+
+
+def potri(
+    F: jax.Array,
+    *,
+    upper: bool = False,
+    column_major: bool = False,
+    split_above: int = SPLIT_ABOVE,
+) -> jax.Array:
     """``A^-1`` from the Cholesky factor of ``A``, by LAPACK ``potri``, in place.
 
     Args:
@@ -245,6 +289,8 @@ def potri(F: jax.Array, *, upper: bool = False, column_major: bool = False) -> j
         column_major: ``F`` is the lower factor ``L`` laid out column-major (as
             ``chol_solve(..., column_major=True)`` leaves it), and so is the result (the
             full symmetric inverse: the same numbers in either layout). No relayout.
+        split_above: above this order the inverse is computed by halving
+            (:data:`SPLIT_ABOVE`).
 
     Returns:
         ``(..., n, n)`` the full symmetric ``A^-1``; NaN where the factor is singular.
@@ -267,10 +313,10 @@ def potri(F: jax.Array, *, upper: bool = False, column_major: bool = False) -> j
         output_layouts=cm,
     )
     # a column-major L is, byte for byte, a row-major L^T: the handler's ``upper`` case
-    return call(F, upper=bool(upper or column_major))
+    return call(F, upper=bool(upper or column_major), split_above=_order_bound(split_above))
 
 
-def potrf_info(a: jax.Array, mask: jax.Array) -> jax.Array:
+def potrf_info(a: jax.Array, mask: jax.Array, *, split_above: int = SPLIT_ABOVE) -> jax.Array:
     """LAPACK ``potrf``'s ``info`` for each matrix of ``a`` where ``mask`` is true.
 
     The status search: each masked matrix is copied and factored in the working
@@ -279,6 +325,8 @@ def potrf_info(a: jax.Array, mask: jax.Array) -> jax.Array:
     Args:
         a: ``(..., n, n)`` symmetric (lower triangle read).
         mask: ``a.shape[:-2]`` booleans.
+        split_above: above this order the factor is computed by halving
+            (:data:`SPLIT_ABOVE`).
 
     Returns:
         int32 ``(...)``: 0, or the 1-based order of the first failing leading minor.
@@ -295,4 +343,8 @@ def potrf_info(a: jax.Array, mask: jax.Array) -> jax.Array:
         jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32),
         vmap_method="broadcast_all",
     )
-    return call(a, jnp.broadcast_to(jnp.asarray(mask, bool), a.shape[:-2]))
+    return call(
+        a,
+        jnp.broadcast_to(jnp.asarray(mask, bool), a.shape[:-2]),
+        split_above=_order_bound(split_above),
+    )

@@ -62,7 +62,35 @@ template <typename T>
 using TrsvFn = void(char* uplo, char* trans, char* diag, int* n, T* a, int* lda, T* x,
                     int* incx);
 
+// BLAS-3 and LAPACK routines of the split (recursive) factor and inverse below.
+template <typename T>
+using TrsmFn = void(char* side, char* uplo, char* transa, char* diag, int* m, int* n,
+                    T* alpha, T* a, int* lda, T* b, int* ldb);  // trmm has the same
+template <typename T>
+using SyrkFn = void(char* uplo, char* trans, int* n, int* k, T* alpha, T* a, int* lda,
+                    T* beta, T* c, int* ldc);
+template <typename T>
+using GemmFn = void(char* transa, char* transb, int* m, int* n, int* k, T* alpha, T* a,
+                    int* lda, T* b, int* ldb, T* beta, T* c, int* ldc);
+template <typename T>
+using TrtriFn = void(char* uplo, char* diag, int* n, T* a, int* lda, int* info);
+template <typename T>
+using LauumFn = void(char* uplo, int* n, T* a, int* lda, int* info);
+
+template <typename T>
+struct Blas3 {
+  TrsmFn<T>* trsm = nullptr;
+  TrsmFn<T>* trmm = nullptr;
+  SyrkFn<T>* syrk = nullptr;
+  GemmFn<T>* gemm = nullptr;
+  TrtriFn<T>* trtri = nullptr;
+  LauumFn<T>* lauum = nullptr;
+  bool ready() const { return trsm && trmm && syrk && gemm && trtri && lauum; }
+};
+
 struct Lapack {
+  Blas3<float> s3;
+  Blas3<double> d3;
   PotrfFn<float>* spotrf = nullptr;
   PotrfFn<double>* dpotrf = nullptr;
   PotrfFn<float>* spotri = nullptr;
@@ -82,18 +110,24 @@ struct Threads {
 };
 Threads g_threads;
 
-// Above this order potrf/potri run on one OpenBLAS thread. SciPy 1.17.1's OpenBLAS 0.3.30
-// (2 threads, AMD EPYC) segfaults in its threaded dpotrf at n = 23,100 and 23,200 and
-// completes at n = 20,000 and 21,500; plain scipy.linalg.lapack.dpotrf reproduces it, and with
-// OPENBLAS_NUM_THREADS=1 it completes at n = 23,200. One thread is slower (on 2 cores at
-// most 2x) but a crash loses the whole process and the fit in it.
-constexpr int64_t kThreadedMaxN = 20000;
+// SciPy 1.17.1's OpenBLAS 0.3.30 (2 threads, AMD EPYC) segfaults in its threaded dsyrk
+// from an output order of about 23,000 on (22,000 completes; k = 256), and so in its
+// threaded dpotrf, which calls it (n = 23,100 and 23,200 crash; 20,000 and 21,500
+// complete). Plain scipy.linalg.blas.dsyrk and lapack.dpotrf reproduce it; with
+// OPENBLAS_NUM_THREADS=1 both complete. Its threaded dgemm (32,000 x 32,000 x 128), dtrsm,
+// dtrmm (order 24,000) and dtrtri (20,000) complete. So above the order the caller gives
+// (`split_above`; gpchol._cpu.ffi's default is 20,000) the factor and the inverse are
+// computed by halving (SplitPotrf, SplitTrtri, SplitLauum below): potrf, syrk, trtri and
+// lauum are then only called on orders up to that bound, gemm, trsm and trmm on larger
+// blocks, all on OpenBLAS's threads. Without those routines (another LAPACK), potrf and
+// potri instead run whole, on one OpenBLAS thread there: slower (on 2 cores at most 2x),
+// but a crash loses the whole process and the fit in it.
 
-// While alive: OpenBLAS on one thread when n > kThreadedMaxN (restored afterwards).
+// While alive: OpenBLAS on one thread when n > limit (restored afterwards).
 class OneThreadAbove {
  public:
-  explicit OneThreadAbove(int64_t n) {
-    if (n > kThreadedMaxN && g_threads.get != nullptr && g_threads.set != nullptr) {
+  OneThreadAbove(int64_t n, int64_t limit) {
+    if (n > limit && g_threads.get != nullptr && g_threads.set != nullptr) {
       saved_ = g_threads.get();
       if (saved_ > 1) g_threads.set(1);
     }
@@ -116,6 +150,7 @@ struct Routines<float> {
   static PotrfFn<float>* potrf() { return g_lapack.spotrf; }
   static PotrfFn<float>* potri() { return g_lapack.spotri; }
   static TrsvFn<float>* trsv() { return g_lapack.strsv; }
+  static const Blas3<float>& blas3() { return g_lapack.s3; }
 };
 
 template <>
@@ -123,7 +158,133 @@ struct Routines<double> {
   static PotrfFn<double>* potrf() { return g_lapack.dpotrf; }
   static PotrfFn<double>* potri() { return g_lapack.dpotri; }
   static TrsvFn<double>* trsv() { return g_lapack.dtrsv; }
+  static const Blas3<double>& blas3() { return g_lapack.d3; }
 };
+
+// ---- the split factor and inverse -------------------------------------------------------
+//
+// Column-major, lower triangle, leading dimension lda; every OpenBLAS call of potrf, syrk,
+// trtri or lauum is on an order <= limit (see the comment above OneThreadAbove). The
+// blocks of an order-n matrix A split at n1 = n / 2 (n2 = n - n1):
+//   A = [[A11, .], [A21, A22]], A11 n1 x n1 at a, A21 n2 x n1 at a + n1,
+//   A22 n2 x n2 at a + n1 (lda + 1).
+// The identities are the blocked forms of LAPACK's potrf, trtri and lauum (Golub & Van
+// Loan, Matrix Computations, 4th ed., Sec. 4.2.8 and 3.1.4; LAPACK's dpotrf2 recurses the
+// same way): with L = [[L11, 0], [L21, L22]],
+//   factor:  L11 = chol(A11);  L21 = A21 L11^-T;  L22 = chol(A22 - L21 L21^T);
+//   inverse: W = L^-1 = [[W11, 0], [W21, W22]] with W11 = L11^-1, W22 = L22^-1,
+//            W21 = -W22 L21 W11;
+//   A^-1 = W^T W (lower): [[W11^T W11 + W21^T W21, .], [W22^T W21, W22^T W22]].
+
+inline int AsInt(int64_t v) { return static_cast<int>(v); }
+
+// C (lower, n x n) := alpha op(A) op(A)^T + beta C, op(A) = A (n x k, trans 'N') or A^T
+// (A k x n, trans 'T'); orders above `limit` are split, the off-diagonal block by gemm.
+template <typename T>
+void SplitSyrk(char trans, int64_t n, int64_t k, T alpha, T* a, int64_t lda, T beta, T* c,
+               int64_t ldc, int64_t limit) {
+  const Blas3<T>& f = Routines<T>::blas3();
+  if (n <= limit) {
+    char lo = 'L';
+    int nn = AsInt(n), kk = AsInt(k), la = AsInt(lda), lc = AsInt(ldc);
+    f.syrk(&lo, &trans, &nn, &kk, &alpha, a, &la, &beta, c, &lc);
+    return;
+  }
+  const int64_t n1 = n / 2, n2 = n - n1;
+  // rows n1.. of op(A): A + n1 ('N') or columns n1.. of A (A + n1 lda, 'T')
+  T* a2 = trans == 'N' ? a + n1 : a + n1 * lda;
+  SplitSyrk(trans, n1, k, alpha, a, lda, beta, c, ldc, limit);
+  // C21 := alpha op(A)_2 op(A)_1^T + beta C21
+  char ta = trans == 'N' ? 'N' : 'T', tb = trans == 'N' ? 'T' : 'N';
+  int m = AsInt(n2), nn = AsInt(n1), kk = AsInt(k), la = AsInt(lda), lc = AsInt(ldc);
+  f.gemm(&ta, &tb, &m, &nn, &kk, &alpha, a2, &la, a, &la, &beta, c + n1, &lc);
+  SplitSyrk(trans, n2, k, alpha, a2, lda, beta, c + n1 * (ldc + 1), ldc, limit);
+}
+
+// In place: A (lower) -> L. Returns potrf's info (0 or the failing pivot, 1-based).
+template <typename T>
+int SplitPotrf(T* a, int64_t n, int64_t lda, int64_t limit) {
+  if (n <= limit) {
+    char lo = 'L';
+    int nn = AsInt(n), la = AsInt(std::max<int64_t>(lda, 1)), info = 0;
+    Routines<T>::potrf()(&lo, &nn, a, &la, &info);
+    return info;
+  }
+  const Blas3<T>& f = Routines<T>::blas3();
+  const int64_t n1 = n / 2, n2 = n - n1;
+  T* a21 = a + n1;
+  T* a22 = a + n1 * (lda + 1);
+  if (const int info = SplitPotrf(a, n1, lda, limit); info != 0) return info;
+  char r = 'R', lo = 'L', t = 'T', nd = 'N';
+  int m = AsInt(n2), nn = AsInt(n1), la = AsInt(lda);
+  T one = 1;
+  f.trsm(&r, &lo, &t, &nd, &m, &nn, &one, a, &la, a21, &la);  // L21 = A21 L11^-T
+  SplitSyrk<T>('N', n2, n1, T(-1), a21, lda, T(1), a22, lda, limit);
+  if (const int info = SplitPotrf(a22, n2, lda, limit); info != 0) return AsInt(n1) + info;
+  return 0;
+}
+
+// In place: L (lower) -> W = L^-1. Returns trtri's info (a zero diagonal entry, 1-based).
+template <typename T>
+int SplitTrtri(T* a, int64_t n, int64_t lda, int64_t limit) {
+  const Blas3<T>& f = Routines<T>::blas3();
+  char lo = 'L', nd = 'N';
+  if (n <= limit) {
+    int nn = AsInt(n), la = AsInt(std::max<int64_t>(lda, 1)), info = 0;
+    f.trtri(&lo, &nd, &nn, a, &la, &info);
+    return info;
+  }
+  const int64_t n1 = n / 2, n2 = n - n1;
+  T* a21 = a + n1;
+  T* a22 = a + n1 * (lda + 1);
+  // a zero pivot first (trtri's info), before the solves below divide by it
+  for (int64_t j = 0; j < n; ++j) {
+    if (a[j * (lda + 1)] == T(0)) return AsInt(j + 1);
+  }
+  char l = 'L', r = 'R', nt = 'N';
+  int m = AsInt(n2), nn = AsInt(n1), la = AsInt(lda);
+  T one = 1, minus_one = -1;
+  f.trsm(&r, &lo, &nt, &nd, &m, &nn, &one, a, &la, a21, &la);  // L21 L11^-1
+  f.trsm(&l, &lo, &nt, &nd, &m, &nn, &minus_one, a22, &la, a21, &la);  // -L22^-1 (..)
+  if (const int info = SplitTrtri(a, n1, lda, limit); info != 0) return info;
+  if (const int info = SplitTrtri(a22, n2, lda, limit); info != 0) return AsInt(n1) + info;
+  return 0;
+}
+
+// In place: W (lower) -> W^T W (lower).
+template <typename T>
+int SplitLauum(T* a, int64_t n, int64_t lda, int64_t limit) {
+  const Blas3<T>& f = Routines<T>::blas3();
+  if (n <= limit) {
+    char lo = 'L';
+    int nn = AsInt(n), la = AsInt(std::max<int64_t>(lda, 1)), info = 0;
+    f.lauum(&lo, &nn, a, &la, &info);
+    return info;
+  }
+  const int64_t n1 = n / 2, n2 = n - n1;
+  T* a21 = a + n1;
+  T* a22 = a + n1 * (lda + 1);
+  if (const int info = SplitLauum(a, n1, lda, limit); info != 0) return info;
+  SplitSyrk<T>('T', n1, n2, T(1), a21, lda, T(1), a, lda, limit);  // += W21^T W21
+  char l = 'L', lo = 'L', t = 'T', nd = 'N';
+  int m = AsInt(n2), nn = AsInt(n1), la = AsInt(lda);
+  T one = 1;
+  f.trmm(&l, &lo, &t, &nd, &m, &nn, &one, a22, &la, a21, &la);  // W22^T W21
+  if (const int info = SplitLauum(a22, n2, lda, limit); info != 0) return AsInt(n1) + info;
+  return 0;
+}
+
+// potrf('L') of the column-major n x n `a`: split above `limit` when the routines are
+// there, else whole (on one OpenBLAS thread above `limit`). Returns potrf's info.
+template <typename T>
+int CallPotrf(T* a, int64_t n, int64_t limit) {
+  if (n > limit && Routines<T>::blas3().ready()) return SplitPotrf(a, n, n, limit);
+  char uplo = 'L';
+  int nn = AsInt(n), lda = std::max(nn, 1), info = 0;
+  OneThreadAbove guard(n, limit);
+  Routines<T>::potrf()(&uplo, &nn, a, &lda, &info);
+  return info;
+}
 
 // Square matrices of order n stacked over the leading dimensions of `dims`.
 struct Stack {
@@ -201,13 +362,8 @@ void MoveUpperToLower(T* a, int64_t n) {
 // with NaN in the factor. A NaN pivot leaves a NaN on the factor's diagonal at the same
 // place, so the first NaN there is the pivot reference LAPACK would name.
 template <typename T>
-int PotrfColumnMajor(T* a, int64_t n) {
-  char uplo = 'L';
-  int nn = static_cast<int>(n), lda = std::max(nn, 1), info = 0;
-  {
-    OneThreadAbove guard(n);
-    Routines<T>::potrf()(&uplo, &nn, a, &lda, &info);
-  }
+int PotrfColumnMajor(T* a, int64_t n, int64_t limit) {
+  const int info = CallPotrf(a, n, limit);
   if (info != 0) return info;
   for (int64_t j = 0; j < n; ++j) {
     if (std::isnan(a[j * n + j])) return static_cast<int>(j + 1);
@@ -222,17 +378,17 @@ int PotrfColumnMajor(T* a, int64_t n) {
 // `symmetric`: the caller guarantees a[i][j] == a[j][i] bit for bit (e.g. K = (A + A^T)/2),
 // so the mirror would copy equal numbers onto themselves and is skipped.
 template <typename T>
-int PotrfAsXla(T* a, int64_t n, bool symmetric = false) {
+int PotrfAsXla(T* a, int64_t n, int64_t limit, bool symmetric = false) {
   if (!symmetric) MirrorLowerToUpper(a, n);
-  return PotrfColumnMajor(a, n);
+  return PotrfColumnMajor(a, n, limit);
 }
 
 // In place: the row-major lower triangle of `a` (n x n) -> its lower Cholesky factor
 // (strict upper zeroed). Returns LAPACK's info; on failure `a` holds LAPACK's partial
 // work and the caller overwrites it.
 template <typename T>
-int FactorLowerInPlace(T* a, int64_t n, bool symmetric) {
-  const int info = PotrfAsXla(a, n, symmetric);
+int FactorLowerInPlace(T* a, int64_t n, int64_t limit, bool symmetric) {
+  const int info = PotrfAsXla(a, n, limit, symmetric);
   if (info == 0) MoveUpperToLower(a, n);
   return info;
 }
@@ -243,8 +399,8 @@ int FactorLowerInPlace(T* a, int64_t n, bool symmetric) {
 // factor, strict upper zeroed: LAPACK potrf('L') exactly as XLA's own CPU Cholesky calls
 // it, with no relayout at all. Returns the reference LAPACK info (see PotrfColumnMajor).
 template <typename T>
-int FactorColumnMajorInPlace(T* a, int64_t n) {
-  const int info = PotrfColumnMajor(a, n);
+int FactorColumnMajorInPlace(T* a, int64_t n, int64_t limit) {
+  const int info = PotrfColumnMajor(a, n, limit);
   if (info != 0) return info;
   // column j's rows 0..j-1 (the strict upper triangle) are contiguous in memory
   for (int64_t j = 1; j < n; ++j) std::fill(a + j * n, a + j * n + j, T(0));
@@ -258,7 +414,7 @@ template <typename T, ffi::DataType D>
 ffi::Error CholSolveImpl(ffi::Buffer<D> K, ffi::Buffer<D> r, ffi::ResultBuffer<D> L,
                          ffi::ResultBuffer<D> alpha, ffi::ResultBuffer<D> quad,
                          ffi::ResultBuffer<D> logdet, ffi::ResultBuffer<ffi::S32> status,
-                         bool column_major, bool symmetric) {
+                         bool column_major, bool symmetric, int64_t split_above) {
   if (Routines<T>::potrf() == nullptr || Routines<T>::trsv() == nullptr) return NotReady();
   Stack s;
   if (auto err = SquareStack(K.dimensions(), "K", &s); err.failure()) return err;
@@ -280,7 +436,8 @@ ffi::Error CholSolveImpl(ffi::Buffer<D> K, ffi::Buffer<D> r, ffi::ResultBuffer<D
     T* lb = l + b * n * n;
     T* ab = al + b * n;
     const int info =
-        column_major ? FactorColumnMajorInPlace(lb, n) : FactorLowerInPlace(lb, n, symmetric);
+        column_major ? FactorColumnMajorInPlace(lb, n, split_above)
+                     : FactorLowerInPlace(lb, n, split_above, symmetric);
     st[b] = info;
     if (info != 0) {
       FillNan(lb, n * n);
@@ -361,7 +518,8 @@ bool InverseFromLowerSmall(T* a, int64_t n, T* work) {
 // `upper`: the buffer holds the factor transposed (row-major L^T, i.e. the column-major
 // view is L), as XLA's column-major potrf output reaches us without a relayout.
 template <typename T, ffi::DataType D>
-ffi::Error PotriImpl(ffi::Buffer<D> F, ffi::ResultBuffer<D> out, bool upper) {
+ffi::Error PotriImpl(ffi::Buffer<D> F, ffi::ResultBuffer<D> out, bool upper,
+                     int64_t split_above) {
   if (Routines<T>::potri() == nullptr) return NotReady();
   Stack s;
   if (auto err = SquareStack(F.dimensions(), "the factor", &s); err.failure()) return err;
@@ -381,8 +539,18 @@ ffi::Error PotriImpl(ffi::Buffer<D> F, ffi::ResultBuffer<D> out, bool upper) {
       continue;
     }
     info = 0;
+    if (n > split_above && Routines<T>::blas3().ready()) {
+      // the split inverse takes the factor in the column-major lower triangle: for
+      // `!upper` (the column-major upper triangle holds L^T) it is copied there first
+      if (!upper) MirrorLowerToUpper(ob, n);
+      info = SplitTrtri(ob, n, n, split_above);
+      if (info == 0) info = SplitLauum(ob, n, n, split_above);
+      if (info == 0) MirrorUpperToLower(ob, n);  // column-major lower -> the full matrix
+      if (info != 0) FillNan(ob, n * n);
+      continue;
+    }
     if (n > 0) {
-      OneThreadAbove guard(n);
+      OneThreadAbove guard(n, split_above);
       Routines<T>::potri()(&uplo, &nn, ob, &lda, &info);
     }
     if (info != 0) {
@@ -400,7 +568,7 @@ ffi::Error PotriImpl(ffi::Buffer<D> F, ffi::ResultBuffer<D> out, bool upper) {
 
 template <typename T, ffi::DataType D>
 ffi::Error PotrfInfoImpl(ffi::Buffer<D> a, ffi::Buffer<ffi::PRED> mask,
-                         ffi::ResultBuffer<ffi::S32> status) {
+                         ffi::ResultBuffer<ffi::S32> status, int64_t split_above) {
   if (Routines<T>::potrf() == nullptr) return NotReady();
   Stack s;
   if (auto err = SquareStack(a.dimensions(), "a", &s); err.failure()) return err;
@@ -416,7 +584,7 @@ ffi::Error PotrfInfoImpl(ffi::Buffer<D> a, ffi::Buffer<ffi::PRED> mask,
     if (!m[b] || n == 0) continue;
     if (work.empty()) work.resize(static_cast<size_t>(n * n));
     std::memcpy(work.data(), a.typed_data() + b * n * n, sizeof(T) * n * n);
-    st[b] = PotrfAsXla(work.data(), n);
+    st[b] = PotrfAsXla(work.data(), n, split_above);
   }
   return ffi::Error::Success();
 }
@@ -435,6 +603,28 @@ GPCHOL_EXPORT int gpchol_cpu_set_lapack(void* spotrf, void* dpotrf, void* spotri
   g_lapack.dpotri = reinterpret_cast<PotrfFn<double>*>(dpotri);
   g_lapack.strsv = reinterpret_cast<TrsvFn<float>*>(strsv);
   g_lapack.dtrsv = reinterpret_cast<TrsvFn<double>*>(dtrsv);
+  return 0;
+}
+
+// Optional: the routines of the split factor and inverse (SplitPotrf, SplitTrtri,
+// SplitLauum): float's trsm, trmm, syrk, gemm (BLAS), trtri, lauum (LAPACK), then double's.
+// 0 when all are set.
+GPCHOL_EXPORT int gpchol_cpu_set_blas3(void* strsm, void* strmm, void* ssyrk, void* sgemm,
+                                       void* strtri, void* slauum, void* dtrsm, void* dtrmm,
+                                       void* dsyrk, void* dgemm, void* dtrtri, void* dlauum) {
+  void* all[] = {strsm, strmm, ssyrk, sgemm, strtri, slauum,
+                 dtrsm, dtrmm, dsyrk, dgemm, dtrtri, dlauum};
+  for (void* p : all) {
+    if (p == nullptr) return -1;
+  }
+  g_lapack.s3 = {reinterpret_cast<TrsmFn<float>*>(strsm), reinterpret_cast<TrsmFn<float>*>(strmm),
+                 reinterpret_cast<SyrkFn<float>*>(ssyrk), reinterpret_cast<GemmFn<float>*>(sgemm),
+                 reinterpret_cast<TrtriFn<float>*>(strtri),
+                 reinterpret_cast<LauumFn<float>*>(slauum)};
+  g_lapack.d3 = {
+      reinterpret_cast<TrsmFn<double>*>(dtrsm), reinterpret_cast<TrsmFn<double>*>(dtrmm),
+      reinterpret_cast<SyrkFn<double>*>(dsyrk), reinterpret_cast<GemmFn<double>*>(dgemm),
+      reinterpret_cast<TrtriFn<double>*>(dtrtri), reinterpret_cast<LauumFn<double>*>(dlauum)};
   return 0;
 }
 
@@ -463,7 +653,8 @@ GPCHOL_EXPORT int gpchol_cpu_set_threads(void* get, void* set) {
                                     .Ret<ffi::Buffer<D>>()         \
                                     .Ret<ffi::Buffer<ffi::S32>>()  \
                                     .Attr<bool>("column_major")    \
-                                    .Attr<bool>("symmetric"))
+                                    .Attr<bool>("symmetric")       \
+                                    .Attr<int64_t>("split_above"))
 
 #define GPCHOL_POTRI(NAME, T, D)                                   \
   GPCHOL_HANDLER_EXPORT(NAME);                                     \
@@ -471,7 +662,8 @@ GPCHOL_EXPORT int gpchol_cpu_set_threads(void* get, void* set) {
                                 ffi::Ffi::Bind()                   \
                                     .Arg<ffi::Buffer<D>>()         \
                                     .Ret<ffi::Buffer<D>>()         \
-                                    .Attr<bool>("upper"))
+                                    .Attr<bool>("upper")           \
+                                    .Attr<int64_t>("split_above"))
 
 #define GPCHOL_POTRF_INFO(NAME, T, D)                              \
   GPCHOL_HANDLER_EXPORT(NAME);                                     \
@@ -479,7 +671,8 @@ GPCHOL_EXPORT int gpchol_cpu_set_threads(void* get, void* set) {
                                 ffi::Ffi::Bind()                   \
                                     .Arg<ffi::Buffer<D>>()         \
                                     .Arg<ffi::Buffer<ffi::PRED>>() \
-                                    .Ret<ffi::Buffer<ffi::S32>>())
+                                    .Ret<ffi::Buffer<ffi::S32>>()  \
+                                    .Attr<int64_t>("split_above"))
 
 GPCHOL_CHOL_SOLVE(gpchol_cpu_chol_solve_f32, float, ffi::F32);
 GPCHOL_CHOL_SOLVE(gpchol_cpu_chol_solve_f64, double, ffi::F64);
