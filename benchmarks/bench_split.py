@@ -1,11 +1,11 @@
 """The CPU handlers' factor and inverse at large n: split (halving) vs one LAPACK call.
 
-Above ``gpchol._cpu.ffi.SPLIT_ABOVE`` (20,000) the handlers factor and invert by halving,
+Above ``gpchol._cpu.ffi.SPLIT_ABOVE`` (8192) the handlers factor and invert by halving,
 on all OpenBLAS threads: SciPy 1.17.1's OpenBLAS segfaults in its threaded ``dsyrk`` (and
-so ``dpotrf``) from order ~23,000 on. Before, they made one ``potrf`` / ``potri`` call on
-one OpenBLAS thread there. This script times one of the two in a fresh process
-(squared-exponential kernel matrix plus noise at ``n`` sorted points), and checks the
-inverse on a few columns (``max |A^-1 K e_j - e_j|``)::
+so ``dpotrf``) from order ~23,000 on here (16,000 on another machine). Before, they made
+one ``potrf`` / ``potri`` call, on one OpenBLAS thread above 20,000. This script times one
+of the two in a fresh process (squared-exponential kernel matrix plus noise at ``n``
+sorted points), and checks the inverse on a few columns (``max |A^-1 K e_j - e_j|``)::
 
     python benchmarks/bench_split.py --n 24000                       # split, all threads
     OPENBLAS_NUM_THREADS=1 python benchmarks/bench_split.py --n 24000 --split-above 1000000000

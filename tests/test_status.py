@@ -579,7 +579,7 @@ def test_chol_solve_column_major_is_the_same_call(n, dtype):
 
 def test_openblas_thread_functions_are_found_and_work():
     # without the BLAS-3 routines of the split factor, the handlers run potrf/potri above
-    # n = 20,000 on one OpenBLAS thread (SciPy's OpenBLAS 0.3.30 segfaults in its threaded
+    # n = 8192 on one OpenBLAS thread (SciPy's OpenBLAS 0.3.30 segfaults in its threaded
     # dsyrk, and so dpotrf, at n = 23,100 on this project's machine); they need OpenBLAS's
     # own get/set_num_threads, found here
     import ctypes

@@ -72,11 +72,12 @@ _BLAS3 = tuple(
     for op in ("trsm", "trmm", "syrk", "gemm", "trtri", "lauum")
 )
 
-SPLIT_ABOVE = 20_000
+SPLIT_ABOVE = 8192
 """Above this order the handlers factor and invert by halving (BLAS-3 on blocks, with
 OpenBLAS's threads) instead of one potrf / potri call: SciPy 1.17.1's OpenBLAS crashes in
-its threaded ``syrk`` (and so ``potrf``) from about order 23,000 on (see
-``lapack_ffi.cc``)."""
+its threaded ``syrk`` (and so ``potrf``) from order ~23,000 on on this project's 2-core
+machine and from 16,000 on on another (see ``lapack_ffi.cc``); 11,314 and below completed
+on both. At n = 12,000 and 16,000 halving is as fast as the one call (2 cores)."""
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}  # "reason": str | None once loading was tried

@@ -114,14 +114,17 @@ Threads g_threads;
 // from an output order of about 23,000 on (22,000 completes; k = 256), and so in its
 // threaded dpotrf, which calls it (n = 23,100 and 23,200 crash; 20,000 and 21,500
 // complete). Plain scipy.linalg.blas.dsyrk and lapack.dpotrf reproduce it; with
-// OPENBLAS_NUM_THREADS=1 both complete. Its threaded dgemm (32,000 x 32,000 x 128), dtrsm,
-// dtrmm (order 24,000) and dtrtri (20,000) complete. So above the order the caller gives
-// (`split_above`; gpchol._cpu.ffi's default is 20,000) the factor and the inverse are
-// computed by halving (SplitPotrf, SplitTrtri, SplitLauum below): potrf, syrk, trtri and
-// lauum are then only called on orders up to that bound, gemm, trsm and trmm on larger
-// blocks, all on OpenBLAS's threads. Without those routines (another LAPACK), potrf and
-// potri instead run whole, on one OpenBLAS thread there: slower (on 2 cores at most 2x),
-// but a crash loses the whole process and the fit in it.
+// OPENBLAS_NUM_THREADS=1 both complete. On another machine of this project (2026-11-30)
+// the threaded dpotrf crashed from n = 16,000 on (11,314 completed). Its threaded dgemm
+// (32,000 x 32,000 x 128), dtrsm, dtrmm (order 24,000), dtrtri and dlauum (23,500) complete
+// here. So above the order the caller gives (`split_above`; gpchol._cpu.ffi's default is
+// 8192) the factor and the inverse are computed by halving (SplitPotrf, SplitTrtri,
+// SplitLauum below): potrf, syrk, trtri and lauum are then only called on orders up to that
+// bound, gemm, trsm and trmm on larger blocks, all on OpenBLAS's threads (as fast as one
+// potrf/potri call at n = 12,000 and 16,000; 1.9-2.0x faster than one call on one thread
+// at 24,000). Without those routines (another LAPACK), potrf and potri instead run whole,
+// on one OpenBLAS thread there: slower (on 2 cores at most 2x), but a crash loses the
+// whole process and the fit in it.
 
 // While alive: OpenBLAS on one thread when n > limit (restored afterwards).
 class OneThreadAbove {
