@@ -354,3 +354,58 @@ def test_bad_input_errors():
         MultiOutputGP(k, c, X, noise=0.1, mask=np.eye(4, 2, dtype=bool), kronecker=True)
     with pytest.raises(ValueError, match="Xs has 2 column"):
         jax.jit(gp.condition)(np.zeros((4, 2))).mean(np.zeros((3, 2)))
+
+
+def np_covariance(prm, names, X, mask, Xs):
+    """The joint posterior covariance ``(m, p, m, p)`` with missing rows deleted."""
+    n, p = mask.shape
+    m = Xs.shape[0]
+    K = np_cov(prm, names, X, X) + np.diag(np.repeat(prm["noise"], n))
+    o = mask.T.reshape(-1)
+    Ko = K[np.ix_(o, o)]
+    Ks = np_cov(prm, names, X, Xs)[o]
+    C = np_cov(prm, names, Xs, Xs) - Ks.T @ np.linalg.solve(Ko, Ks)  # (p m, p m), (a, s)
+    return np.transpose(C.reshape(p, m, p, m), (1, 0, 3, 2))
+
+
+@pytest.mark.parametrize("n,p,ranks,names,missing,kron", CASES)
+def test_covariance_and_samples_match_numpy(rng, n, p, ranks, names, missing, kron):
+    X, y, mask, prm, names = make_problem(rng, n, p, ranks, names, missing)
+    Xs = rng.uniform(-0.5, 3.5, (3, X.shape[1]))
+    m = Xs.shape[0]
+    want = np_covariance(prm, names, X, mask, Xs)
+    gp = build(prm, names, X, mask=mask, kronecker=kron)
+    post = jax.jit(lambda gp, y: gp.condition(y))(gp, np.where(mask, y, np.nan))
+    cov = np.asarray(jax.jit(lambda post, Xs: post.covariance(Xs))(post, Xs))
+    assert cov.shape == (m, p, m, p)
+    np.testing.assert_allclose(cov, want, atol=1e-9, rtol=0)
+    np.testing.assert_array_equal(cov, np.transpose(cov, (2, 3, 0, 1)))
+    flat = cov.reshape(m * p, m * p)
+    np.testing.assert_allclose(
+        np.diagonal(flat).reshape(m, p), np.asarray(post.variance(Xs)), atol=1e-10
+    )
+    cov_y = np.asarray(post.covariance(Xs, include_noise=True)).reshape(m * p, m * p)
+    np.testing.assert_allclose(cov_y - flat, np.diag(np.tile(prm["noise"], m)), atol=1e-12)
+
+    # samples: jointly N(mean, covariance) across test points and outputs
+    key = jax.random.PRNGKey(7)
+    num = 20000
+    s = np.asarray(jax.jit(lambda post, key: post.sample(key, Xs, num))(post, key))
+    assert s.shape == (num, m, p)
+    # eager: the same draws (rounding aside: the programs fuse differently)
+    np.testing.assert_allclose(s, np.asarray(post.sample(key, Xs, num)), rtol=1e-9, atol=1e-12)
+    mean = np.asarray(post.mean(Xs))
+    sd = np.sqrt(np.maximum(np.diagonal(flat), 0.0)).reshape(m, p)
+    np.testing.assert_allclose(s.mean(0), mean, atol=6 * sd.max() / np.sqrt(num) + 1e-12)
+    emp = np.cov(s.reshape(num, m * p), rowvar=False)
+    scale = np.sqrt(np.outer(np.diagonal(flat), np.diagonal(flat))) + 1e-12
+    # each normalized entry's sampling sd is at most sqrt(2 / num)
+    assert np.max(np.abs(emp - flat) / scale) < 6 * np.sqrt(2 / num), "sample covariance"
+    y_star = np.asarray(post.sample(key, Xs, num, include_noise=True))
+    emp_y = np.cov(y_star.reshape(num, m * p), rowvar=False)
+    np.testing.assert_allclose(np.diagonal(emp_y), np.diagonal(cov_y), rtol=0.06)
+    assert post.sample(key, Xs[:0], 2).shape == (2, 0, p)
+    with pytest.raises(TypeError, match="num"):
+        post.sample(key, Xs, 2.5)
+    with pytest.raises(ValueError, match="num"):
+        post.sample(key, Xs, -1)

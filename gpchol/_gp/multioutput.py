@@ -75,6 +75,7 @@ from gpchol._base.validate import (
     input_mesh,
     is_concrete,
 )
+from gpchol._gp.posterior import gaussian_samples, sample_count
 from gpchol._linalg.backends import resolve_backend, tile_for
 from gpchol._linalg.blocks import default_tile_size, trsm
 from gpchol._linalg.gaussian import (
@@ -800,6 +801,117 @@ class MultiOutputPosterior:
         if include_noise:
             var = var + gp.noise.astype(dtype)[None, :]
         return var
+
+    def covariance(self, Xs: ArrayLike | None = None, *, include_noise: bool = False) -> jax.Array:
+        """Joint posterior covariance of all outputs' latent functions at the test points.
+
+        For a moderate number of test points: the result holds ``(m p)^2`` numbers.
+
+        Args:
+            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
+            include_noise: add each output's noise variance on the diagonal (the
+                covariance of new observations ``y*``; independent across outputs).
+
+        Returns:
+            ``(m, p, m, p)``: ``cov[s, a, t, b] = cov(f_a(Xs_s), f_b(Xs_t) | y)
+            = sum_q B_q[a, b] k_q(Xs_s, Xs_t) - v_{sa}^T v_{tb}``,
+            ``v_{sa} = L^-1 cov(vec y, f_a(Xs_s))``; symmetric (``cov[s, a, t, b] =
+            cov[t, b, s, a]``), its diagonal is :meth:`variance` (before that clips at 0).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import kernels
+            >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+            >>> c = Coregionalization(jnp.array([[1.0], [0.5]]), 0.1)
+            >>> post = MultiOutputGP(kernels.ExpSquared(), c, jnp.arange(4.0), noise=0.01
+            ...                      ).condition(jnp.zeros((4, 2)))
+            >>> post.covariance(jnp.array([0.5, 9.0])).shape
+            (2, 2, 2, 2)
+        """
+        Xs = self._Xs(Xs)
+        dtype = Xs.dtype
+        gp = self.gp
+        m, p = Xs.shape[0], gp.p
+        prior = _sum(
+            k(Xs, Xs)[:, None, :, None] * c.matrix().astype(dtype)[None, :, None, :]
+            for k, c in zip(gp.kernels, gp.coregionalizations, strict=True)
+        )
+        cov = prior - self._explained(Xs)
+        cov = 0.5 * (cov + jnp.transpose(cov, (2, 3, 0, 1)))  # exactly symmetric
+        if include_noise:
+            eye = jnp.eye(m, dtype=dtype)[:, None, :, None] * jnp.eye(p, dtype=dtype)[None, :, None]
+            cov = cov + eye * gp.noise.astype(dtype)[None, :, None, None]
+        return cov
+
+    def sample(
+        self,
+        key: jax.Array,
+        Xs: ArrayLike | None = None,
+        num: int = 1,
+        *,
+        include_noise: bool = False,
+        jitter: float | Sequence[float] | None = (1e-10, 1e-8, 1e-6),
+    ) -> jax.Array:
+        """Joint samples of all outputs from the posterior: of ``f``, or of new ``y*``.
+
+        Args:
+            key: a ``jax.random`` key.
+            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
+            num: number of samples, a non-negative Python int (static).
+            include_noise: sample ``y* = f + eps`` with each output's noise variance.
+            jitter: schedule of diagonal jitter, relative to the largest posterior
+                variance, tried in order when factoring the ``(m p, m p)`` covariance.
+
+        Returns:
+            ``(num, m, p)`` samples: jointly Gaussian with mean :meth:`mean` and covariance
+            :meth:`covariance`, correlated across test points and outputs.
+
+        Raises:
+            TypeError: ``num`` is not an integer. ValueError: ``num`` is negative.
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> from gpchol import kernels
+            >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+            >>> c = Coregionalization(jnp.array([[1.0], [0.5]]), 0.1)
+            >>> post = MultiOutputGP(kernels.ExpSquared(), c, jnp.arange(4.0), noise=0.01
+            ...                      ).condition(jnp.zeros((4, 2)))
+            >>> post.sample(jax.random.PRNGKey(0), jnp.array([0.5, 9.0]), 3).shape
+            (3, 2, 2)
+        """
+        num = sample_count(num)
+        rel = check_jitter(jitter) or (0.0,)
+        Xs = self._Xs(Xs)
+        m, p = Xs.shape[0], self.gp.p
+        if m == 0:
+            return jnp.zeros((num, 0, p), Xs.dtype)
+        mu = self.mean(Xs).reshape(m * p)
+        C = self.covariance(Xs, include_noise=include_noise).reshape(m * p, m * p)
+        return gaussian_samples(key, mu, C, num, rel).reshape(num, m, p)
+
+    def _explained(self, Xs: jax.Array) -> jax.Array:
+        """``(m, p, m, p)``: ``cov(f(Xs), vec y) K^-1 cov(vec y, f(Xs))``."""
+        dtype = Xs.dtype
+        gp = self.gp
+        X = gp.X.astype(dtype)
+        m, p = Xs.shape[0], gp.p
+        if self.P is not None:
+            # as in variance: K^-1 = (P kron I) M^-1 (P kron I)^T with M = blockdiag(L_j
+            # L_j^T), so the (a, b) block is sum_j (B P)[a, j] (B P)[b, j] V_j^T V_j,
+            # V_j = L_j^-1 kx
+            B = gp.coregionalizations[0].matrix().astype(dtype)
+            V = trsm(self.L, gp.kernels[0](X, Xs)[None], left=True)  # (p, n, m)
+            G = jnp.einsum("jns,jnt->jst", V, V)
+            C = B @ self.P
+            return jnp.einsum("aj,bj,jst->satb", C, C, G)
+        obs = gp.observed().T.reshape(-1)
+        Ks = _sum(
+            jnp.kron(c.matrix().astype(dtype), k(X, Xs))
+            for k, c in zip(gp.kernels, gp.coregionalizations, strict=True)
+        )  # (np, pm): rows (output b, training i), columns (output a, test s)
+        Ks = jnp.where(obs[:, None], Ks, jnp.zeros((), dtype))
+        V = trsm(self.L.astype(dtype), Ks, left=True)
+        return jnp.transpose((V.T @ V).reshape(p, m, p, m), (1, 0, 3, 2))
 
 
 jax.tree_util.register_pytree_node_class(MultiOutputPosterior)

@@ -281,10 +281,30 @@ def _sample(
     jitter: tuple[float, ...],
 ) -> jax.Array:
     mu, C = _covariance(post, Xs, kern, noise, whole=whole, b=b)
-    # factor C / max diag, so that the jitter schedule is relative to the largest variance
+    return gaussian_samples(key, mu, C, num, jitter)
+
+
+def gaussian_samples(
+    key: jax.Array, mu: jax.Array, C: jax.Array, num: int, jitter: tuple[float, ...]
+) -> jax.Array:
+    """``num`` joint samples of ``N(mu, C)``: ``mu + L z`` with ``L L^T = C`` (+ jitter).
+
+    ``C / max(diag C)`` is factored, so that the jitter schedule is relative to the largest
+    variance (a posterior covariance is often singular to rounding).
+
+    Args:
+        key: a ``jax.random`` key.
+        mu: ``(m,)`` mean.
+        C: ``(m, m)`` covariance.
+        num: number of samples (static).
+        jitter: relative diagonal jitters, tried in order.
+
+    Returns:
+        ``(num, m)`` samples.
+    """
     scale = jnp.maximum(jnp.max(jnp.diagonal(C)), jnp.finfo(C.dtype).tiny)
     Ls, _, _ = cholesky_with_status(C / scale, jitter=jitter)
-    z = jax.random.normal(key, (num, Xs.shape[0]), dtype=C.dtype)
+    z = jax.random.normal(key, (num, C.shape[0]), dtype=C.dtype)
     return mu[None, :] + jnp.sqrt(scale) * (z @ Ls.T)
 
 
@@ -671,7 +691,7 @@ class Posterior:
             >>> post.sample(key, jnp.zeros((0, 1)), 2).shape  # no test points
             (2, 0)
         """
-        num = _sample_count(num)
+        num = sample_count(num)
         training = Xs is None
         x = self._Xs(Xs)
         m = x.shape[0]
@@ -687,8 +707,8 @@ class Posterior:
 jax.tree_util.register_pytree_node_class(Posterior)
 
 
-def _sample_count(num: object) -> int:
-    """``num`` of :meth:`Posterior.sample` as a non-negative ``int``, or a clear error."""
+def sample_count(num: object) -> int:
+    """``num`` of a posterior's ``sample`` as a non-negative ``int``, or a clear error."""
     if isinstance(num, (bool, np.bool_)):
         raise TypeError(
             f"num (the number of samples) must be a non-negative int, not a bool; got {num!r}."
