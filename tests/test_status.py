@@ -691,3 +691,49 @@ def test_split_above_must_be_a_positive_int():
     for bad in (0, -5, True):
         with pytest.raises(ValueError, match="split_above"):
             cpu_ffi.potri(jnp.eye(3), split_above=bad)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_large_cpu_factor_goes_through_the_handlers(monkeypatch, dtype):
+    """``gpchol.cholesky`` on the CPU above ``HOST_FACTOR_ABOVE`` factors by the handlers
+    (the same LAPACK potrf, split: one threaded OpenBLAS potrf call crashed the process at
+    n = 24,000 here); forced at n = 130: the same factor, LAPACK's status (NaN pivot
+    included) and gradient as jax.lax.linalg.cholesky's path."""
+    from gpchol._internal import cpu_ffi, host_lapack
+
+    if cpu_ffi.cpu_unavailable_reason() is not None:
+        pytest.skip(cpu_ffi.cpu_unavailable_reason())
+    n = 130
+    s = seed("large-cpu-factor", np.dtype(dtype).name)
+    rng = np.random.default_rng(s)
+    a = random_spd(rng, n, (2,)).astype(dtype)
+    bad = a.copy()
+    bad[1, 70, 70] = -1.0  # the second matrix fails at pivot 71
+    bad[0, 100, :101] = np.nan  # the first at pivot 101 (NaN)
+    bad[0, :101, 100] = np.nan
+
+    def run():
+        f = jax.jit(lambda a: gpchol.cholesky_with_status(a))
+        return [np.asarray(x) for x in (*f(a), *f(bad))], f.lower(a).as_text()
+
+    (L_xla, st_xla, Lb_xla, stb_xla), hlo_xla = run()
+    monkeypatch.setattr(host_lapack, "HOST_FACTOR_ABOVE", 64)
+    (L_host, st_host, Lb_host, stb_host), hlo_host = run()
+    assert "gpchol_cpu_chol_solve" in hlo_host and "gpchol_cpu_chol_solve" not in hlo_xla
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(L_host, L_xla, rtol=tol, atol=tol, err_msg=f"seed={s}")
+    np.testing.assert_array_equal(st_host, 0)
+    np.testing.assert_array_equal(stb_host, [101, 71], err_msg=f"seed={s}")
+    np.testing.assert_array_equal(st_xla, 0)
+    np.testing.assert_array_equal(stb_host, stb_xla)
+    assert np.isnan(Lb_host).all() and np.isnan(Lb_xla).all()
+    # the rule around the forward is unchanged: the same gradient
+    w = jnp.asarray(rng.standard_normal((n, n)).astype(dtype))
+
+    def loss(a):
+        return jnp.sum(w * gpchol.cholesky(a))
+
+    g_host = np.asarray(jax.jit(jax.grad(loss))(a[0]))
+    monkeypatch.setattr(host_lapack, "HOST_FACTOR_ABOVE", 10**9)
+    g_xla = np.asarray(jax.jit(jax.grad(loss))(a[0]))
+    np.testing.assert_allclose(g_host, g_xla, rtol=1e3 * tol, atol=1e3 * tol * np.abs(g_xla).max())

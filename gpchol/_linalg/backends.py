@@ -21,6 +21,7 @@ from jax.typing import DTypeLike
 from gpchol._base.validate import as_float_array, check_square, check_tile_size
 from gpchol._linalg.adjoint import chol_rev_blocked
 from gpchol._linalg.blocks import default_tile_size, mT, nan_where_failed
+from gpchol._linalg.host_lapack import factor_cpu_large
 from gpchol._linalg.status import exact_status, near_failure
 from gpchol._linalg.tiled import tiled_factor
 
@@ -44,13 +45,20 @@ def potrf_xla(
     XLA reports failure as an all-NaN factor; the status is then LAPACK's ``info`` for
     the same matrix (:func:`gpchol._linalg.status.exact_status`, only when some batch
     element failed), in ``rebuild()`` when given (``a`` is then not kept alive for it).
+    Large matrices on the CPU are factored by gpchol's handlers instead
+    (:func:`gpchol._linalg.host_lapack.factor_cpu_large`: the same LAPACK ``potrf``, on
+    blocks that OpenBLAS's threads do not crash on).
     """
-    L = lax.linalg.cholesky(a, symmetrize_input=False)
-    failed = ~jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
-    status = exact_status(failed, rebuild or (lambda: a), nb)
-    # XLA's failed factor is NaN in its lower triangle only; make the whole matrix NaN,
-    # like the other backends.
-    return nan_where_failed(L, status), status
+
+    def xla(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+        L = lax.linalg.cholesky(a, symmetrize_input=False)
+        failed = ~jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+        status = exact_status(failed, rebuild or (lambda: a), nb)
+        # XLA's failed factor is NaN in its lower triangle only; make the whole matrix
+        # NaN, like the other backends.
+        return nan_where_failed(L, status), status
+
+    return factor_cpu_large(a, xla)
 
 
 def potrf_tiled_exact(

@@ -26,7 +26,20 @@ from jax import lax
 
 from gpchol._cpu import ffi as cpu_ffi
 
-__all__ = ["HOST_MIN_N", "cho_inverse_cpu", "chol_solve_cpu", "compiled_lapack"]
+__all__ = [
+    "HOST_FACTOR_ABOVE",
+    "HOST_MIN_N",
+    "cho_inverse_cpu",
+    "chol_solve_cpu",
+    "compiled_lapack",
+    "factor_cpu_large",
+]
+
+#: Above this order :func:`factor_cpu_large` factors on the CPU by the handlers (halving,
+#: :data:`gpchol._cpu.ffi.SPLIT_ABOVE`) instead of ``jax.lax.linalg.cholesky``, whose one
+#: threaded OpenBLAS ``potrf`` call crashes the process from n ~ 16,000-23,000 on
+#: (machine-dependent; see ``gpchol/_cpu/lapack_ffi.cc``).
+HOST_FACTOR_ABOVE = cpu_ffi.SPLIT_ABOVE
 
 #: Below this order the tiled XLA inverse (one triangular solve and one product at such
 #: sizes) is used even on the CPU: it is then as fast as a LAPACK call. From n = 32 on,
@@ -102,3 +115,35 @@ def chol_solve_cpu(K: jax.Array, r: jax.Array, *, symmetric: bool = False) -> tu
         ``logdet (...)`` and int32 ``status (...)`` (LAPACK ``potrf``'s ``info``).
     """
     return cpu_ffi.chol_solve(K, r, symmetric=symmetric)
+
+
+def factor_cpu_large(
+    a: jax.Array, default: Callable[[jax.Array], tuple[jax.Array, jax.Array]]
+) -> tuple[jax.Array, jax.Array]:
+    """``(L, status)`` of ``a``: by the handlers on the CPU above :data:`HOST_FACTOR_ABOVE`,
+    else (smaller, other platforms, no handlers) ``default(a)``.
+
+    The handlers call LAPACK ``potrf('L')`` as XLA's CPU Cholesky does, on blocks of order
+    at most ``SPLIT_ABOVE`` above it, and report LAPACK's ``info`` (NaN pivots included)
+    with an all-NaN factor on failure. Not differentiable by itself (the caller's rule is).
+
+    Args:
+        a: ``(..., n, n)`` symmetric (lower triangle read).
+        default: ``a -> (L, status)`` elsewhere.
+
+    Returns:
+        ``L (..., n, n)`` lower (zero strict upper), int32 ``status (...)``.
+    """
+    if (
+        a.shape[-1] <= HOST_FACTOR_ABOVE
+        or a.dtype not in (jnp.float32, jnp.float64)
+        or not compiled_lapack()
+    ):
+        return default(a)
+
+    def host(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+        L, _, _, _, status = cpu_ffi.chol_solve(a, jnp.zeros(a.shape[:-1], a.dtype))
+        return L, status
+
+    out: tuple[jax.Array, jax.Array] = lax.platform_dependent(a, cpu=host, default=default)
+    return out
