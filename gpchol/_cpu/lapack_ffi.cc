@@ -204,15 +204,19 @@ void SplitSyrk(char trans, int64_t n, int64_t k, T alpha, T* a, int64_t lda, T b
   SplitSyrk(trans, n2, k, alpha, a2, lda, beta, c + n1 * (ldc + 1), ldc, limit);
 }
 
+// One LAPACK potrf('L') call on the order-n block at `a`. Returns its info.
+template <typename T>
+int WholePotrf(T* a, int64_t n, int64_t lda) {
+  char lo = 'L';
+  int nn = AsInt(n), la = AsInt(std::max<int64_t>(lda, 1)), info = 0;
+  Routines<T>::potrf()(&lo, &nn, a, &la, &info);
+  return info;
+}
+
 // In place: A (lower) -> L. Returns potrf's info (0 or the failing pivot, 1-based).
 template <typename T>
 int SplitPotrf(T* a, int64_t n, int64_t lda, int64_t limit) {
-  if (n <= limit) {
-    char lo = 'L';
-    int nn = AsInt(n), la = AsInt(std::max<int64_t>(lda, 1)), info = 0;
-    Routines<T>::potrf()(&lo, &nn, a, &la, &info);
-    return info;
-  }
+  if (n <= limit) return WholePotrf(a, n, lda);
   const Blas3<T>& f = Routines<T>::blas3();
   const int64_t n1 = n / 2, n2 = n - n1;
   T* a21 = a + n1;
@@ -227,7 +231,8 @@ int SplitPotrf(T* a, int64_t n, int64_t lda, int64_t limit) {
   return 0;
 }
 
-// In place: L (lower) -> W = L^-1. Returns trtri's info (a zero diagonal entry, 1-based).
+// In place: L (lower) -> W = L^-1, for L without a zero on its diagonal (the caller checks
+// that first, FirstZeroPivot: the solves below would divide by it). Returns trtri's info.
 template <typename T>
 int SplitTrtri(T* a, int64_t n, int64_t lda, int64_t limit) {
   const Blas3<T>& f = Routines<T>::blas3();
@@ -240,10 +245,6 @@ int SplitTrtri(T* a, int64_t n, int64_t lda, int64_t limit) {
   const int64_t n1 = n / 2, n2 = n - n1;
   T* a21 = a + n1;
   T* a22 = a + n1 * (lda + 1);
-  // a zero pivot first (trtri's info), before the solves below divide by it
-  for (int64_t j = 0; j < n; ++j) {
-    if (a[j * (lda + 1)] == T(0)) return AsInt(j + 1);
-  }
   char l = 'L', r = 'R', nt = 'N';
   int m = AsInt(n2), nn = AsInt(n1), la = AsInt(lda);
   T one = 1, minus_one = -1;
@@ -277,16 +278,22 @@ int SplitLauum(T* a, int64_t n, int64_t lda, int64_t limit) {
   return 0;
 }
 
+// The first zero on the diagonal of the order-n block at `a` (1-based, trtri's info), or 0.
+template <typename T>
+int FirstZeroPivot(const T* a, int64_t n, int64_t lda) {
+  for (int64_t j = 0; j < n; ++j) {
+    if (a[j * (lda + 1)] == T(0)) return AsInt(j + 1);
+  }
+  return 0;
+}
+
 // potrf('L') of the column-major n x n `a`: split above `limit` when the routines are
 // there, else whole (on one OpenBLAS thread above `limit`). Returns potrf's info.
 template <typename T>
 int CallPotrf(T* a, int64_t n, int64_t limit) {
   if (n > limit && Routines<T>::blas3().ready()) return SplitPotrf(a, n, n, limit);
-  char uplo = 'L';
-  int nn = AsInt(n), lda = std::max(nn, 1), info = 0;
   OneThreadAbove guard(n, limit);
-  Routines<T>::potrf()(&uplo, &nn, a, &lda, &info);
-  return info;
+  return WholePotrf(a, n, n);
 }
 
 // Square matrices of order n stacked over the leading dimensions of `dims`.
@@ -546,7 +553,8 @@ ffi::Error PotriImpl(ffi::Buffer<D> F, ffi::ResultBuffer<D> out, bool upper,
       // the split inverse takes the factor in the column-major lower triangle: for
       // `!upper` (the column-major upper triangle holds L^T) it is copied there first
       if (!upper) MirrorLowerToUpper(ob, n);
-      info = SplitTrtri(ob, n, n, split_above);
+      info = FirstZeroPivot(ob, n, n);
+      if (info == 0) info = SplitTrtri(ob, n, n, split_above);
       if (info == 0) info = SplitLauum(ob, n, n, split_above);
       if (info == 0) MirrorUpperToLower(ob, n);  // column-major lower -> the full matrix
       if (info != 0) FillNan(ob, n * n);

@@ -776,26 +776,15 @@ class MultiOutputPosterior:
         """
         Xs = self._Xs(Xs)
         dtype = Xs.dtype
-        X = self.gp.X.astype(dtype)
         gp = self.gp
         prior = _sum(
             k.diag(Xs)[:, None] * jnp.diagonal(c.matrix()).astype(dtype)[None, :]
             for k, c in zip(gp.kernels, gp.coregionalizations, strict=True)
         )
-        if self.P is not None:
-            # cov(vec y, f_a(x)) = kron(B[:, a], kx); through K^-1 = (P kron I) M^-1 (P kron I)^T:
-            # v^T v = sum_j (B P)[a, j]^2 |L_j^-1 kx|^2
-            B = gp.coregionalizations[0].matrix().astype(dtype)
-            V = trsm(self.L, gp.kernels[0](X, Xs)[None], left=True)  # (p, n, m)
-            quad = jnp.sum(V * V, axis=1).T @ ((B @ self.P) ** 2).T  # (m, p)
+        V, C = self._whitened_cross(Xs)
+        if C is not None:  # v^T v = sum_j C[a, j]^2 |V_j[:, s]|^2
+            quad = jnp.sum(V * V, axis=1).T @ (C**2).T  # (m, p)
         else:
-            obs = gp.observed().T.reshape(-1)
-            Ks = _sum(
-                jnp.kron(c.matrix().astype(dtype), k(X, Xs))
-                for k, c in zip(gp.kernels, gp.coregionalizations, strict=True)
-            )  # (np, pm)
-            Ks = jnp.where(obs[:, None], Ks, jnp.zeros((), dtype))
-            V = trsm(self.L.astype(dtype), Ks, left=True)
             quad = jnp.sum(V * V, axis=0).reshape(gp.p, Xs.shape[0]).T
         var = jnp.maximum(prior - quad, 0.0)
         if include_noise:
@@ -889,28 +878,37 @@ class MultiOutputPosterior:
         C = self.covariance(Xs, include_noise=include_noise).reshape(m * p, m * p)
         return gaussian_samples(key, mu, C, num, rel).reshape(num, m, p)
 
-    def _explained(self, Xs: jax.Array) -> jax.Array:
-        """``(m, p, m, p)``: ``cov(f(Xs), vec y) K^-1 cov(vec y, f(Xs))``."""
+    def _whitened_cross(self, Xs: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+        """``V`` with ``V^T V = cov(f(Xs), vec y) K^-1 cov(vec y, f(Xs))``, in two forms.
+
+        Kronecker shortcut: ``cov(vec y, f_a(x)) = kron(B[:, a], kx)`` and ``K^-1 = (P kron
+        I) M^-1 (P kron I)^T`` with ``M = blockdiag(L_j L_j^T)``, so ``(V, C)`` with the
+        ``(p, n, m)`` ``V_j = L_j^-1 kx`` and ``C = B P`` ``(p, p)``: the ``(a, s), (b, t)``
+        entry is ``sum_j C[a, j] C[b, j] (V_j^T V_j)[s, t]``. Dense: ``(V, None)`` with the
+        ``(np, pm)`` ``V = L^-1 Ks`` (rows: output b, training point i; columns: output a,
+        test point s; masked entries' rows zero).
+        """
         dtype = Xs.dtype
         gp = self.gp
         X = gp.X.astype(dtype)
-        m, p = Xs.shape[0], gp.p
         if self.P is not None:
-            # as in variance: K^-1 = (P kron I) M^-1 (P kron I)^T with M = blockdiag(L_j
-            # L_j^T), so the (a, b) block is sum_j (B P)[a, j] (B P)[b, j] V_j^T V_j,
-            # V_j = L_j^-1 kx
             B = gp.coregionalizations[0].matrix().astype(dtype)
-            V = trsm(self.L, gp.kernels[0](X, Xs)[None], left=True)  # (p, n, m)
-            G = jnp.einsum("jns,jnt->jst", V, V)
-            C = B @ self.P
-            return jnp.einsum("aj,bj,jst->satb", C, C, G)
+            return trsm(self.L, gp.kernels[0](X, Xs)[None], left=True), B @ self.P
         obs = gp.observed().T.reshape(-1)
         Ks = _sum(
             jnp.kron(c.matrix().astype(dtype), k(X, Xs))
             for k, c in zip(gp.kernels, gp.coregionalizations, strict=True)
-        )  # (np, pm): rows (output b, training i), columns (output a, test s)
+        )
         Ks = jnp.where(obs[:, None], Ks, jnp.zeros((), dtype))
-        V = trsm(self.L.astype(dtype), Ks, left=True)
+        return trsm(self.L.astype(dtype), Ks, left=True), None
+
+    def _explained(self, Xs: jax.Array) -> jax.Array:
+        """``(m, p, m, p)``: ``cov(f(Xs), vec y) K^-1 cov(vec y, f(Xs))``."""
+        m, p = Xs.shape[0], self.gp.p
+        V, C = self._whitened_cross(Xs)
+        if C is not None:
+            G = jnp.einsum("jns,jnt->jst", V, V)
+            return jnp.einsum("aj,bj,jst->satb", C, C, G)
         return jnp.transpose((V.T @ V).reshape(p, m, p, m), (1, 0, 3, 2))
 
 

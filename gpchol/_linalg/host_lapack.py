@@ -54,6 +54,11 @@ def compiled_lapack() -> bool:
     return cpu_ffi.cpu_unavailable_reason() is None
 
 
+def _handled(a: jax.Array) -> bool:
+    """The handlers can take ``a``: float32 or float64, and they are built."""
+    return a.dtype in (jnp.float32, jnp.float64) and compiled_lapack()
+
+
 @jax.custom_jvp
 def _cho_inverse_host(L: jax.Array) -> jax.Array:
     # The factor's buffer becomes the inverse's (XLA copies it first only if something
@@ -87,11 +92,7 @@ def cho_inverse_cpu(L: jax.Array, tiled: Callable[[jax.Array], jax.Array]) -> ja
     Returns:
         ``(..., n, n)`` symmetric ``A^-1``; NaN where ``L`` is singular.
     """
-    if (
-        L.shape[-1] < HOST_MIN_N
-        or L.dtype not in (jnp.float32, jnp.float64)
-        or not compiled_lapack()
-    ):
+    if L.shape[-1] < HOST_MIN_N or not _handled(L):
         return tiled(L)
     return lax.platform_dependent(L, cpu=_cho_inverse_host, default=tiled)
 
@@ -134,11 +135,7 @@ def factor_cpu_large(
     Returns:
         ``L (..., n, n)`` lower (zero strict upper), int32 ``status (...)``.
     """
-    if (
-        a.shape[-1] <= HOST_FACTOR_ABOVE
-        or a.dtype not in (jnp.float32, jnp.float64)
-        or not compiled_lapack()
-    ):
+    if a.shape[-1] <= HOST_FACTOR_ABOVE or not _handled(a):
         return default(a)
 
     def host(a: jax.Array) -> tuple[jax.Array, jax.Array]:
