@@ -13,8 +13,11 @@ passes them to CMake as ``-D`` options, builds in ``build/cuda/`` of the source 
 and copies the library to ``gpchol/_lib/libgpchol_cuda.so``, where
 :mod:`gpchol._cuda.ffi` finds it. The GPU architectures are CMake's
 (``CMAKE_CUDA_ARCHITECTURES``, whose default in ``CMakeLists.txt`` is the project's one
-list); ``--arch`` overrides them. ``--werror`` turns every warning into an error (CI). The
-versions of the tools and wheels are printed first, for the build log.
+list); ``--arch`` overrides them. ``--werror`` turns every warning into an error (CI);
+``--nvcc-flags`` adds nvcc options (``-lineinfo``; a bad one makes the build fail on
+purpose, to try a script's failure path). The versions of the tools and wheels are printed
+first, for the build log; ptxas's register and spill report of every kernel follows in the
+compiler output (``--verbose``).
 
 The CUDA sources are not part of an installed package: the build needs a source checkout
 (``git clone`` and ``pip install -e .``). Nothing is built on import of ``gpchol``.
@@ -280,18 +283,21 @@ def configure_command(
     arch: str | None = None,
     debug: bool = False,
     werror: bool = False,
+    nvcc_flags: str = "",
 ) -> list[str]:
     """The ``cmake`` configure command line.
 
     Architectures: ``arch`` when given, else CMake's default from ``CMakeLists.txt``
-    (any value cached by an earlier ``--arch`` is dropped).
+    (any value cached by an earlier ``--arch`` is dropped). ``nvcc_flags`` (extra nvcc
+    options separated by spaces) is always passed, so that an earlier build's flags are
+    not kept in CMake's cache.
 
     Example:
         >>> cmd = configure_command(
         ...     "cmake", Path("kernels_cuda"), Path("build/cuda"), nvcc="nvcc",
         ...     jax_include="inc", libs=None, werror=True)
-        >>> [c for c in cmd if "WERROR" in c or "ARCH" in c]
-        ['-DGPCHOL_WERROR=ON', '-UCMAKE_CUDA_ARCHITECTURES']
+        >>> [c for c in cmd if "WERROR" in c or "ARCH" in c or "FLAGS" in c]
+        ['-DGPCHOL_WERROR=ON', '-DGPCHOL_EXTRA_CUDA_FLAGS=', '-UCMAKE_CUDA_ARCHITECTURES']
     """
     cmd = [cmake, "-S", str(source), "-B", str(build_dir)]
     if ninja is not None:
@@ -301,6 +307,7 @@ def configure_command(
         f"-DCMAKE_BUILD_TYPE={'Debug' if debug else 'Release'}",
         f"-DGPCHOL_JAX_INCLUDE={jax_include}",
         f"-DGPCHOL_WERROR={'ON' if werror else 'OFF'}",
+        f"-DGPCHOL_EXTRA_CUDA_FLAGS={' '.join(nvcc_flags.split())}",
     ]
     if libs is not None:
         cmd += [
@@ -394,6 +401,7 @@ def build(
     jobs: int | None = None,
     debug: bool = False,
     werror: bool = False,
+    nvcc_flags: str = "",
     verbose: bool = False,
 ) -> Path:
     """Configures and builds ``kernels_cuda`` with CMake; copies the library to ``output``.
@@ -407,7 +415,10 @@ def build(
         jobs: parallel compilations (default: CMake's).
         debug: a Debug build (``CMAKE_BUILD_TYPE``) instead of Release.
         werror: every nvcc and host-compiler warning is an error (CI).
-        verbose: print the commands, CMake's output and the compiler lines.
+        nvcc_flags: extra nvcc options, separated by spaces (each one word, such as
+            ``-lineinfo`` or ``-Xptxas=-warn-spills``).
+        verbose: print the commands, CMake's output and the compiler lines (with ptxas's
+            registers and spills of every kernel).
 
     Returns:
         The path of the copied library.
@@ -450,6 +461,7 @@ def build(
         arch=arch,
         debug=debug,
         werror=werror,
+        nvcc_flags=nvcc_flags,
     )
     _run(configure, verbose)
     compile_cmd = [cmake_path, "--build", str(build_dir), "--parallel"]
@@ -470,7 +482,7 @@ def build(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``python -m gpchol.build [--output PATH] [--arch 90] [--werror] ...``."""
+    """Command line: ``python -m gpchol.build [--arch 90] [--werror] [--nvcc-flags F] ...``."""
     parser = argparse.ArgumentParser(
         prog="python -m gpchol.build",
         description=(
@@ -502,7 +514,16 @@ def main(argv: list[str] | None = None) -> int:
         "--werror", action="store_true", help="treat compiler warnings as errors (CI)"
     )
     parser.add_argument(
-        "--verbose", "-v", action="store_true", help="print the commands and their output"
+        "--nvcc-flags",
+        default="",
+        help="extra nvcc options separated by spaces, each one word; write "
+        "--nvcc-flags=-lineinfo (with =, since the value starts with -)",
+    )
+    parser.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="print the commands and their output (with ptxas's registers and spills)",
     )
     args = parser.parse_args(argv)
     start = time.perf_counter()
@@ -516,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs=args.jobs,
             debug=args.debug,
             werror=args.werror,
+            nvcc_flags=args.nvcc_flags,
             verbose=args.verbose,
         )
     except BuildError as err:

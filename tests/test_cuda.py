@@ -239,6 +239,7 @@ def test_build_configure_command():
         ninja="/bin/ninja",
         arch="sm_90",
         werror=True,
+        nvcc_flags=" -lineinfo  -Xptxas=-warn-spills ",
     )
     assert cmd[:5] == ["/bin/cmake", "-S", "/src/kernels_cuda", "-B", "/b"]
     for option in (
@@ -252,6 +253,7 @@ def test_build_configure_command():
         "-DGPCHOL_CUBLAS_LIBRARY=/w/lib/libcublas.so.13",
         "-DGPCHOL_CUSOLVER_LIBRARY=/w/lib/libcusolver.so.12",
         "-DCMAKE_CUDA_ARCHITECTURES=90",
+        "-DGPCHOL_EXTRA_CUDA_FLAGS=-lineinfo -Xptxas=-warn-spills",
     ):
         assert option in cmd, option
     default = build.configure_command(
@@ -259,6 +261,7 @@ def test_build_configure_command():
     )
     assert "-DGPCHOL_WERROR=OFF" in default and "-DCMAKE_BUILD_TYPE=Debug" in default
     assert "-UCMAKE_CUDA_ARCHITECTURES" in default and "-G" not in default
+    assert "-DGPCHOL_EXTRA_CUDA_FLAGS=" in default  # always given: no stale cached flags
     assert not any("CUBLAS" in c for c in default)
 
 
@@ -272,6 +275,19 @@ def test_one_build_description_and_one_architecture_list():
     ci = (REPO / ".ci" / "build_cuda.sh").read_text()
     assert "gpchol.build --werror" in ci
     assert "-gencode" not in ci and "emulate.cpp" not in ci  # compiled by this file alone
+
+
+def test_kernels_have_launch_bounds_and_ptxas_reports_registers():
+    """Every CUDA kernel caps its block size (so ptxas caps registers per thread) and the
+    build log shows each kernel's registers and spills."""
+    sources = [p for p in (REPO / "kernels_cuda" / "src").iterdir() if p.suffix in (".h", ".cu")]
+    kernels = 0
+    for path in sources:
+        for m in re.finditer(r"__global__\s+void\s+([^(]*)\(", path.read_text()):
+            kernels += 1
+            assert "__launch_bounds__" in m.group(1), f"{path.name}: {m.group(0)}"
+    assert kernels >= 3
+    assert "-Xptxas=-v" in (REPO / "kernels_cuda" / "CMakeLists.txt").read_text()
 
 
 def test_build_says_how_to_get_cublas(monkeypatch, tmp_path):
@@ -623,6 +639,19 @@ def test_emulated_small_kernels_at_their_limit(emu, rng, dtype):
     g = emu.adjoint(L, Lbar, small=True)
     assert emu.last_path == PATH_SHARED_MEMORY
     assert _rel(g, _adjoint_reference(L, Lbar)) < 5 * RTOL[np.dtype(dtype)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_emulated_small_kernels_launch_within_their_launch_bounds(emu, dtype):
+    """The CUDA backend launches small_threads(n) threads per block; a block larger than
+    the kernel's __launch_bounds__ (small_max_threads) would fail to launch."""
+    itemsize = np.dtype(dtype).itemsize
+    bound = emu.lib.gpchol_emu_small_max_threads(itemsize)
+    threads = [
+        emu.lib.gpchol_emu_small_threads(n) for n in range(1, cuda_ffi.small_max_n(dtype) + 1)
+    ]
+    assert threads == sorted(threads) and max(threads) == bound <= 1024
+    assert bound == {4: 512, 8: 256}[itemsize]
 
 
 # Opt-in shared memory per block of an A100 and of an H100/H200.

@@ -187,6 +187,12 @@ GPCHOL_EMU_EXPORT int gpchol_emu_scratch_alignment() {
 GPCHOL_EMU_EXPORT int gpchol_emu_small_max_n(int itemsize) {
   return itemsize == 8 ? gpchol::kSmallMaxF64 : gpchol::kSmallMaxF32;
 }
+// Threads per block of the small kernels for n, and their __launch_bounds__ (the CUDA
+// backend launches small_threads(n) threads for n <= small_max_n).
+GPCHOL_EMU_EXPORT int gpchol_emu_small_threads(int n) { return gpchol::small_threads(n); }
+GPCHOL_EMU_EXPORT int gpchol_emu_small_max_threads(int itemsize) {
+  return itemsize == 8 ? gpchol::small_max_threads<double>() : gpchol::small_max_threads<float>();
+}
 // Same as gpchol_small_smem_bytes of the CUDA library.
 GPCHOL_EMU_EXPORT long long gpchol_emu_small_smem_bytes(int itemsize, int n, int adjoint) {
   if (itemsize == 8) {

@@ -168,8 +168,11 @@ std::string cusolver_message(cusolverStatus_t s);
 
 // ---- kernels ---------------------------------------------------------------------------
 
+// Threads per block of elementwise_kernel (also its __launch_bounds__).
+constexpr int kElementwiseThreads = 256;
+
 template <typename F>
-__global__ void elementwise_kernel(index_t count, F f) {
+__global__ void __launch_bounds__(kElementwiseThreads) elementwise_kernel(index_t count, F f) {
   const index_t stride = static_cast<index_t>(gridDim.x) * blockDim.x;
   for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
@@ -185,8 +188,11 @@ struct CudaBlock {
   }
 };
 
+// Launched with small_threads(n) <= small_max_threads<T>() threads (n <= small_max_n<T>(),
+// checked by the handlers), the bound that caps its registers per thread.
 template <typename T>
-__global__ void small_potrf_kernel(const T* a, T* out, std::int32_t* status, int n) {
+__global__ void __launch_bounds__(small_max_threads<T>())
+    small_potrf_kernel(const T* a, T* out, std::int32_t* status, int n) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sm = reinterpret_cast<T*>(smem_raw);
   const index_t off = static_cast<index_t>(blockIdx.x) * n * n;
@@ -195,7 +201,8 @@ __global__ void small_potrf_kernel(const T* a, T* out, std::int32_t* status, int
 }
 
 template <typename T>
-__global__ void small_adjoint_kernel(const T* L, const T* lbar, T* g, int n) {
+__global__ void __launch_bounds__(small_max_threads<T>())
+    small_adjoint_kernel(const T* L, const T* lbar, T* g, int n) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sm = reinterpret_cast<T*>(smem_raw);
   const index_t off = static_cast<index_t>(blockIdx.x) * n * n;
@@ -278,7 +285,7 @@ class CudaBackend {
   template <typename F>
   Status for_each(index_t count, const F& f) {
     if (count <= 0) return Status::Ok();
-    constexpr int kThreads = 256;
+    constexpr int kThreads = kElementwiseThreads;
     const index_t blocks = std::min<index_t>((count + kThreads - 1) / kThreads, index_t(1) << 20);
     elementwise_kernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(count, f);
     return check_cuda(cudaGetLastError(), "elementwise kernel launch");

@@ -38,12 +38,21 @@ constexpr index_t small_adjoint_smem(int n) {
 }
 
 // Threads per block for a given n (the widest step has about n * n / 2 elements).
-inline int small_threads(int n) {
-  if (n <= 16) return 64;
-  if (n <= 32) return 128;
-  if (n <= 64) return 256;
-  return 512;
+GPCHOL_HD constexpr int small_threads(int n) {
+  return n <= 16 ? 64 : n <= 32 ? 128 : n <= 64 ? 256 : 512;
 }
+
+// The largest block the small kernels of element type T are launched with: their
+// __launch_bounds__, so that ptxas keeps registers per thread within what a block of that
+// size can have (65536 / 512 = 128 for float32; for float64's 256 threads, the per-thread
+// maximum of 255); without the bound a kernel using more would compile and then fail to
+// launch (cudaErrorLaunchOutOfResources).
+template <typename T>
+constexpr int small_max_threads() {
+  return small_threads(small_max_n<T>());
+}
+static_assert(small_max_threads<float>() == 512 && small_max_threads<double>() == 256,
+              "update the register budget in the comment above");
 
 // Right-looking unblocked Cholesky of one matrix in shared memory.
 //
