@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import functools
 import os
 import re
 import shutil
@@ -742,29 +743,121 @@ def cuda():
         pytest.skip(reason)
 
 
+# The jitted callables of the helpers below, one per configuration: a fresh
+# jax.jit(partial(...)) on every call would trace and compile anew each time (a partial
+# hashes by identity), about a hundred needless XLA compiles in the GPU check's stages.
+@functools.cache
+def _jitted_potrf(tile, method):
+    return jax.jit(partial(cuda_ffi.potrf_impl, tile_size=tile, method=method), donate_argnums=0)
+
+
+@functools.cache
+def _jitted_adjoint(tile, method):
+    return jax.jit(
+        partial(cuda_ffi.potrf_adjoint_impl, tile_size=tile, method=method), donate_argnums=1
+    )
+
+
+def _clear_jitted_helpers():
+    _jitted_potrf.cache_clear()
+    _jitted_adjoint.cache_clear()
+
+
 def _gpu_potrf(a, *, tile=None, method="auto"):
     """Forward on the GPU with the input donated and its strict upper triangle NaN."""
-    poisoned = jnp.asarray(_poison_upper(a))
-    fn = jax.jit(partial(cuda_ffi.potrf_impl, tile_size=tile, method=method), donate_argnums=0)
-    L, status = fn(poisoned)
+    L, status = _jitted_potrf(tile, method)(jnp.asarray(_poison_upper(a)))
     return np.asarray(L), np.asarray(status)
 
 
 def _gpu_adjoint(L, Lbar, *, tile=None, method="auto"):
     """Adjoint on the GPU; L and Lbar with NaN strict upper triangles, Lbar donated."""
-    fn = jax.jit(
-        partial(cuda_ffi.potrf_adjoint_impl, tile_size=tile, method=method), donate_argnums=1
-    )
+    fn = _jitted_adjoint(tile, method)
     return np.asarray(fn(jnp.asarray(_poison_upper(L)), jnp.asarray(_poison_upper(Lbar))))
 
 
+# JAX's own factorization and its reverse-mode rule: the references on the same device.
+_xla_cholesky_jit = jax.jit(jnp.linalg.cholesky)
+
+
+@jax.jit
+def _xla_cholesky_vjp(a, Lbar):
+    _, vjp = jax.vjp(jnp.linalg.cholesky, a)
+    return vjp(Lbar)[0]
+
+
 def _xla_cholesky(a):
-    return np.asarray(jax.jit(jnp.linalg.cholesky)(jnp.asarray(a)))
+    return np.asarray(_xla_cholesky_jit(jnp.asarray(a)))
 
 
 def _xla_adjoint(a, Lbar):
-    _, vjp = jax.vjp(jnp.linalg.cholesky, jnp.asarray(a))
-    return np.asarray(jax.jit(vjp)(jnp.asarray(Lbar))[0])
+    return np.asarray(_xla_cholesky_vjp(jnp.asarray(a), jnp.asarray(Lbar)))
+
+
+def _backend_compiles(run):
+    """Names of the XLA programs compiled while ``run()`` runs (JAX's monitoring events)."""
+    names = []
+
+    def listen(event, secs, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            names.append(str(kw.get("fun_name")))
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        run()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    return names
+
+
+def test_helpers_of_gpu_tests_compile_once_per_configuration(monkeypatch, request, rng):
+    """The GPU tests' helpers compile one XLA program per distinct configuration (helper,
+    tile, method, shape, dtype) and reuse it. Checked on any device, with JAX stand-ins
+    for the FFI calls, which the helpers' jitted callables trace in their place."""
+
+    def fake_potrf(a, *, tile_size=None, method="auto"):
+        lower = jnp.tril(a)
+        L = jnp.linalg.cholesky(lower + jnp.swapaxes(jnp.tril(a, -1), -1, -2))
+        return L, jnp.zeros(a.shape[:-2], jnp.int32)
+
+    def fake_adjoint(L, Lbar, *, tile_size=None, method="auto"):
+        del tile_size, method
+        return _xla_cholesky_vjp(L @ jnp.swapaxes(L, -1, -2), jnp.tril(Lbar))
+
+    monkeypatch.setattr(cuda_ffi, "potrf_impl", fake_potrf)
+    monkeypatch.setattr(cuda_ffi, "potrf_adjoint_impl", fake_adjoint)
+    _clear_jitted_helpers()
+    request.addfinalizer(_clear_jitted_helpers)  # later GPU tests trace the real targets
+
+    configs = [  # (batch shape, n, tile, method): repeated shapes with other tiles/methods
+        ((), 9, None, "small"), ((2, 3), 9, None, "small"), ((), 9, None, "auto"),
+        ((), 70, None, "large"), ((), 70, 16, "large"), ((4,), 70, 16, "large"),
+    ]  # fmt: skip
+    inputs = {}
+    for batch_shape, n, _, _ in configs:
+        for dtype in DTYPES:
+            a = _spd(rng, batch_shape, n, dtype)
+            inputs[batch_shape, n, dtype] = (a, np.linalg.cholesky(a), np.ones_like(a))
+    programs = set()
+
+    def run_all():
+        for batch_shape, n, tile, method in configs:
+            for dtype in DTYPES:
+                a, L, Lbar = inputs[batch_shape, n, dtype]
+                _gpu_potrf(a, tile=tile, method=method)
+                _gpu_adjoint(L, Lbar, tile=tile, method=method)
+                _xla_cholesky(a)
+                _xla_adjoint(a, Lbar)
+                shape = (*batch_shape, n, n, np.dtype(dtype).name)
+                programs.update([("potrf", tile, method, shape), ("adjoint", tile, method, shape)])
+                programs.update([("xla_cholesky", shape), ("xla_adjoint", shape)])
+
+    # jit(stage): jnp.asarray's transfer, compiled once per shape and dtype by JAX itself.
+    first = [name for name in _backend_compiles(run_all) if name != "jit(stage)"]
+    assert 0 < len(first) <= len(programs), first  # fewer where already compiled before
+    again = _backend_compiles(lambda: [run_all() for _ in range(2)])
+    assert again == [], f"{len(again)} programs compiled again: {again}"
+    assert _jitted_potrf(16, "large") is _jitted_potrf(16, "large")
+    assert _jitted_adjoint(None, "small") is _jitted_adjoint(None, "small")
 
 
 def _check_forward(a, L, status, dtype):
