@@ -15,6 +15,8 @@ that the package's private modules can be rearranged without touching them.
 * ``distributed_api``, ``distributed_local``: modules of the sharded layer (tile defaults,
   the collectives record used by ``benchmarks/bench_distributed.py``);
 * ``lbfgs_module``: :func:`gpchol.fit`'s L-BFGS (the two-loop product, the direction);
+* ``fit_programs_module``: :func:`gpchol.fit`'s compiled steps keyed by structure (size
+  buckets, the cache's counters);
 * ``fit_batched_module``, ``posterior_module``, ``persist_module``: the modules behind
   :func:`gpchol.fit_batched`, :class:`gpchol.Posterior` and :func:`gpchol.save` (status
   codes, block-size rule, jit caches, the file format's version).
@@ -26,6 +28,7 @@ from gpchol._cpu import ffi as cpu_ffi
 from gpchol._cuda import ffi as cuda_ffi
 from gpchol._fit import batched as fit_batched_module
 from gpchol._fit import lbfgs as lbfgs_module
+from gpchol._fit import programs as fit_programs_module
 from gpchol._gp import posterior as posterior_module
 from gpchol._linalg import host_lapack
 from gpchol._linalg.backends import backend
@@ -44,6 +47,7 @@ __all__ = [
     "distributed_api",
     "distributed_local",
     "fit_batched_module",
+    "fit_programs_module",
     "host_lapack",
     "io",
     "lbfgs_module",

@@ -32,3 +32,22 @@ def lapack_info(a):
             info = int(nan[0]) + 1 if nan.size else 0
         out.append(int(info))
     return np.asarray(out, int).reshape(a.shape[:-2])
+
+
+def backend_compiles(run) -> list[str]:
+    """Names of the XLA programs compiled (by the backend) while ``run()`` runs, from JAX's
+    monitoring events; a program read back from a compilation cache is not counted."""
+    import jax
+
+    names: list[str] = []
+
+    def listen(event: str, secs: float, **kw: object) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            names.append(str(kw.get("fun_name")))
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        run()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    return names

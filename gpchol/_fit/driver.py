@@ -66,8 +66,10 @@ from gpchol._fit.objective import (
     default_transforms,
     make_optimizer,
     make_step,
+    optimizer_key,
     unconstrained_loss,
 )
+from gpchol._fit.programs import check_bucket, gp_program, loss_program
 from gpchol._fit.progress import ProgressLine
 from gpchol._fit.signals import SignalGuard
 from gpchol._fit.state import FitState, StartRecord, canonical, key_data
@@ -174,6 +176,7 @@ def fit(
     progress: bool = True,
     callback: Callable[[int, Any, float], Any] | None = None,
     fingerprint: Any = None,
+    bucket: bool | int = True,
 ) -> FitResult:
     r"""Fits parameters by minimising a loss (for a GP: the negative log marginal likelihood).
 
@@ -218,6 +221,18 @@ def fit(
             its modification time); its hash joins the checkpoint's fingerprint. GP fits
             (``y`` given) fingerprint ``y`` and the model built at ``params`` (inputs,
             noise, kernel and mean types) themselves.
+        bucket: pad the training points of a :class:`~gpchol.GaussianProcess` to a size
+            bucket (``True``: multiples of 32 up to 512, then at most 1/16 more rows, no
+            padding above 4096 points; an int ``m``: a multiple of ``m``; ``False``: no
+            padding). Padded rows are masked (an identity row and column, a zero
+            residual): value, gradient and optimum are those of the unpadded data, and
+            fits of sizes in one bucket share one compiled step.
+
+    The compiled step is keyed by the model's structure (its jaxpr, tree structure,
+    static fields, dtypes and bucketed shapes), not by the identity of ``build_or_loss``:
+    a second fit of the same structure in the process, with a new ``build`` closure or
+    new data of the same bucket, compiles nothing (:mod:`gpchol._fit.programs`; with
+    :func:`gpchol.enable_compile_cache`, not even in a new process).
 
     Returns:
         A :class:`FitResult`.
@@ -262,6 +277,7 @@ def fit(
         True
     """
     _check_counts(steps=steps, restarts=restarts, checkpoint_every=checkpoint_every, tol=tol)
+    bucket = check_bucket(bucket)
     opt_name, opt = make_optimizer(optimizer, learning_rate)
     if transforms is None:
         transforms = default_transforms(params)
@@ -288,10 +304,15 @@ def fit(
             key=raw_key,
             user=fingerprint,
         )
+    opt_key = optimizer_key(optimizer, learning_rate)
+    if y is not None:
+        program = gp_program(build_or_loss, y, transforms, u0, opt_key, opt, bucket)
+    else:
+        program = loss_program(build_or_loss, transforms, u0, opt_key, opt)
     plan = FitPlan(
         optimizer=opt_name,
         init_opt_state=opt.init,
-        step_fn=make_step(opt, loss_u),
+        step_fn=make_step(opt, loss_u) if program is None else program.step,
         transforms=transforms,
         u0=u0,
         restart_scale=restart_scale,

@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, TypeAlias
 
 import jax
@@ -37,6 +37,7 @@ __all__ = [
     "default_transforms",
     "make_optimizer",
     "make_step",
+    "optimizer_key",
     "unconstrained_loss",
 ]
 
@@ -117,6 +118,26 @@ def make_optimizer(
     )
 
 
+def optimizer_key(
+    optimizer: str | optax.GradientTransformation, learning_rate: float | None
+) -> Hashable:
+    """What identifies the optimiser :func:`make_optimizer` makes, for a program's key.
+
+    A name and a learning rate always make the same optimiser. An optax transformation's
+    functions close over its settings, so only the same object is known to give the same
+    program (the key holds it, so its ``id`` cannot be reused by another).
+
+    Example:
+        >>> from gpchol._fit.objective import optimizer_key
+        >>> optimizer_key("L-BFGS", None) == optimizer_key("lbfgs", None)
+        True
+    """
+    if isinstance(optimizer, str):
+        name = make_optimizer(optimizer, learning_rate)[0]
+        return (name, learning_rate)
+    return ("optax", optimizer)
+
+
 def unconstrained_loss(
     build_or_loss: Callable[[Any], Any], y: Any, transforms: Any
 ) -> Callable[[Any], jax.Array]:
@@ -134,10 +155,9 @@ def unconstrained_loss(
     """
     loss_c: Callable[[Any], Any] = build_or_loss
     if y is not None:
-        y_arr = jnp.asarray(y)
 
-        def loss_c(p: Any) -> Any:
-            return -build_or_loss(p).log_marginal_likelihood(y_arr)
+        def loss_c(p: Any) -> Any:  # y converted when traced: nothing to compile here
+            return -build_or_loss(p).log_marginal_likelihood(jnp.asarray(y))
 
     def loss_u(u: Any) -> jax.Array:
         return jnp.asarray(loss_c(to_constrained(u, transforms))).reshape(())
@@ -152,20 +172,27 @@ def _all_finite(tree: Any) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
-def make_step(opt: Optimizer, loss: Callable[[Any], jax.Array]) -> StepFn:
-    """One jitted optimiser step: the loss and its gradient, then the update.
+def make_step(opt: Optimizer, loss: Callable[[Any], jax.Array], *, jit: bool = True) -> StepFn:
+    """One optimiser step: the loss and its gradient, then the update.
 
     Args:
         opt: the optimiser (:class:`~gpchol._fit.lbfgs.LBFGS` steps itself, its line
             search included).
         loss: ``u -> scalar loss``.
+        jit: jit the loss and the step (``False``: the caller traces the step inside its
+            own program, with a loss it has jitted itself).
 
     Returns:
         A :data:`StepFn`.
     """
-    loss = jax.jit(loss)
+    if not jit:
+        return _step(opt, loss)
+    return jax.jit(_step(opt, jax.jit(loss)))
+
+
+def _step(opt: Optimizer, loss: Callable[[Any], jax.Array]) -> StepFn:
     if isinstance(opt, LBFGS):
-        return jax.jit(opt.make_step(loss))
+        return opt.make_step(loss)
     value_and_grad = jax.value_and_grad(loss)
 
     def step(u: Any, s: Any) -> tuple[Any, Any, jax.Array, jax.Array]:
@@ -173,4 +200,4 @@ def make_step(opt: Optimizer, loss: Callable[[Any], jax.Array]) -> StepFn:
         updates, s2 = opt.update(g, s, u)
         return optax.apply_updates(u, updates), s2, v, _all_finite(g)
 
-    return jax.jit(step)
+    return step

@@ -1,0 +1,287 @@
+"""Compile once, fit many: gpchol.fit's programs keyed by structure, and size buckets.
+
+A second fit of the same structure (a new build closure, new data of the same bucket)
+compiles nothing; padded rows change no value, gradient or optimum; arrays captured by a
+build function that change between fits give the new result (never a stale program).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import backend_compiles
+
+from gpchol import GaussianProcess, Positive, fit, kernels
+from gpchol._internal import fit_batched_module
+from gpchol._internal import fit_programs_module as programs
+
+T = {"amp": Positive(), "ls": Positive(), "noise": Positive()}
+P0 = {"amp": 1.0, "ls": 1.0, "noise": 0.1}
+
+
+def _data(rng, n, d=2):
+    X = rng.uniform(-3.0, 3.0, (n, d))
+    y = np.sin(X[:, 0]) * np.cos(X[:, -1]) + 0.1 * rng.standard_normal(n)
+    return X, y
+
+
+def _build(X):
+    # a new closure object for every call, as a user's `lambda p: ...` is
+    return lambda p: GaussianProcess(p["amp"] * kernels.ExpSquared(p["ls"]), X, noise=p["noise"])
+
+
+def _fit(X, y, **kw):
+    return fit(_build(X), P0, y, transforms=T, progress=False, steps=60, **kw)
+
+
+# ------------------------------------------------------------------------------ buckets
+
+
+@pytest.mark.parametrize(
+    "n, bucket, size",
+    [
+        (0, True, 0),
+        (1, True, 32),
+        (32, True, 32),
+        (33, True, 64),
+        (512, True, 512),
+        (513, True, 544),
+        (1024, True, 1024),
+        (1025, True, 1088),
+        (4096, True, 4096),
+        (4097, True, 4097),
+        (100, False, 100),
+        (100, 7, 105),
+        (7, 1, 7),
+    ],
+)
+def test_bucket_size(n, bucket, size) -> None:
+    assert programs.bucket_size(n, bucket) == size
+
+
+def test_bucket_adds_at_most_a_sixteenth_above_512() -> None:
+    for n in range(513, programs.BUCKET_MAX_N + 1):
+        size = programs.bucket_size(n)
+        assert n <= size <= n + n / 16, n
+
+
+@pytest.mark.parametrize("bad", [0, -3, 1.5, "yes", None, np.float64(2.0)])
+def test_bad_bucket_is_a_clear_error(rng, bad) -> None:
+    X, y = _data(rng, 10)
+    with pytest.raises(ValueError, match="bucket must be True"):
+        _fit(X, y, bucket=bad)
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 64, 200, 511, 512, 513])
+def test_padded_rows_change_no_value_or_gradient(rng, n) -> None:
+    """The padded likelihood (bucket rows masked) against the unpadded lean core, at bucket
+    edges, value and gradient to 1e-10 relative, at random parameters."""
+    X, y = _data(rng, n, d=3)
+    size = programs.bucket_size(n)
+    Xp = np.concatenate([X, np.repeat(X[:1], size - n, axis=0)])
+    yp = np.concatenate([y, rng.standard_normal(size - n)])  # anything on padded rows
+    mask = np.arange(size) < n
+    p = {
+        "amp": jnp.asarray(rng.uniform(0.5, 2.0)),
+        "ls": jnp.asarray(rng.uniform(0.5, 2.0)),
+        "noise": jnp.asarray(rng.uniform(0.05, 0.3)),
+    }
+
+    def exact(q):
+        return _build(X)(q).log_marginal_likelihood(y)
+
+    def padded(q):
+        return fit_batched_module.padded_log_marginal_likelihood(_build(Xp)(q), yp, mask)
+
+    v0, g0 = jax.value_and_grad(exact)(p)
+    v1, g1 = jax.value_and_grad(padded)(p)
+    np.testing.assert_allclose(float(v1), float(v0), rtol=1e-10)
+    for k in p:
+        np.testing.assert_allclose(float(g1[k]), float(g0[k]), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [33, 64, 100])
+def test_padded_fit_reaches_the_unpadded_optimum(rng, n) -> None:
+    X, y = _data(rng, n)
+    a = _fit(X, y, bucket=True)
+    b = _fit(X, y, bucket=False)
+    assert a.success and b.success and a.converged and b.converged
+    np.testing.assert_allclose(a.loss, b.loss, rtol=1e-10)
+    for k in P0:
+        np.testing.assert_allclose(float(a.params[k]), float(b.params[k]), rtol=1e-6)
+
+
+# ------------------------------------------------------------------ compile once, fit many
+
+
+@pytest.mark.parametrize("optimizer", ["lbfgs", "adam"])
+def test_refit_of_the_same_structure_compiles_nothing(rng, optimizer) -> None:
+    X, y = _data(rng, 40)
+    _fit(X, y, optimizer=optimizer)  # compiles
+    X2, y2 = _data(rng, 40)
+    names = backend_compiles(lambda: _fit(X2, y2, optimizer=optimizer))  # new closure, data
+    assert names == [], names
+    # a new n in the same bucket: the same program
+    X3, y3 = _data(rng, 45)
+    names = backend_compiles(lambda: _fit(X3, y3, optimizer=optimizer))
+    assert names == [], names
+
+
+def test_growing_n_compiles_once_per_bucket(rng) -> None:
+    """A Bayesian-optimisation loop: n grows by one point per fit, warm-started."""
+    X, y = _data(rng, 79)
+    p = dict(P0)
+    _fit(X[:40], y[:40])  # the first fit of the bucket 64 compiles
+    compiled = []
+    for n in range(41, 80):
+        names = backend_compiles(
+            lambda n=n: fit(_build(X[:n]), p, y[:n], transforms=T, progress=False, steps=30)
+        )
+        compiled += [(n, name) for name in names]
+    # n = 65 opens the bucket of 96: its step is compiled once there, nowhere else
+    assert [n for n, _ in compiled] == [65] * len(compiled) and len(compiled) >= 1, compiled
+
+
+def test_changed_captured_arrays_give_the_new_result(rng) -> None:
+    """The same closure object, its captured arrays changed in place between two fits."""
+    X, y = _data(rng, 30)
+    Xbox = np.array(X)
+    build = lambda p: GaussianProcess(  # noqa: E731
+        p["amp"] * kernels.ExpSquared(p["ls"]), Xbox, noise=p["noise"]
+    )
+    first = fit(build, P0, y, transforms=T, progress=False, steps=60)
+    X2, y2 = _data(rng, 30)
+    Xbox[...] = X2  # same object, new values
+    second = fit(build, P0, y2, transforms=T, progress=False, steps=60)
+    fresh = fit(_build(X2), P0, y2, transforms=T, progress=False, steps=60, bucket=False)
+    assert abs(second.loss - first.loss) > 1e-3
+    np.testing.assert_allclose(second.loss, fresh.loss, rtol=1e-10)
+
+
+def test_changed_python_scalar_gives_a_new_program(rng) -> None:
+    X, y = _data(rng, 30)
+    results = []
+    for scale in (0.5, 2.0):
+        build = lambda p, s=scale: GaussianProcess(  # noqa: E731
+            p["amp"] * kernels.ExpSquared(s), X, noise=p["noise"]
+        )
+        p0 = {"amp": 1.0, "noise": 0.1}
+        t = {"amp": Positive(), "noise": Positive()}
+        res = fit(build, p0, y, transforms=t, progress=False, steps=60)
+        ref = fit(build, p0, y, transforms=t, progress=False, steps=60, bucket=False)
+        np.testing.assert_allclose(res.loss, ref.loss, rtol=1e-10)
+        results.append(res.loss)
+    assert abs(results[0] - results[1]) > 1e-3
+
+
+def test_fixed_parameters_and_noise_are_data(rng) -> None:
+    """Kernel parameters and a per-point noise that do not depend on the parameters are
+    arguments of the program: new values, same program, the new result."""
+    X, y = _data(rng, 30)
+
+    def build_for(ls, noise):
+        return lambda p: GaussianProcess(
+            p["amp"] * kernels.ExpSquared(jnp.asarray(ls)), X, noise=noise
+        )
+
+    p0, t = {"amp": 1.0}, {"amp": Positive()}
+    fit(build_for(1.0, np.full(30, 0.1)), p0, y, transforms=t, progress=False, steps=40)
+    noise2 = rng.uniform(0.05, 0.2, 30)
+    got = []
+    names = backend_compiles(
+        lambda: got.append(
+            fit(build_for(0.7, noise2), p0, y, transforms=t, progress=False, steps=40)
+        )
+    )
+    assert names == [], names
+    ref = fit(build_for(0.7, noise2), p0, y, transforms=t, progress=False, steps=40, bucket=False)
+    np.testing.assert_allclose(got[0].loss, ref.loss, rtol=1e-10)
+
+
+def test_custom_rule_reading_an_array_is_not_cached_stale(rng) -> None:
+    """A custom derivative rule that reads an array of its own (invisible in the jaxpr):
+    the fit is not keyed by structure, and a changed array gives the new result."""
+    X, y = _data(rng, 25)
+    w = np.array([1.0])
+
+    @jax.custom_jvp
+    def scaled(a):
+        return a * w[0]
+
+    @scaled.defjvp
+    def scaled_jvp(primals, tangents):
+        return scaled(primals[0]), tangents[0] * w[0]
+
+    def build(p):
+        return GaussianProcess(scaled(p["amp"]) * kernels.ExpSquared(p["ls"]), X, noise=0.1)
+
+    p0, t = {"amp": 1.0, "ls": 1.0}, {"amp": Positive(), "ls": Positive()}
+    first = fit(build, p0, y, transforms=t, progress=False, steps=5)
+    w[0] = 3.0
+    second = fit(build, p0, y, transforms=t, progress=False, steps=5)
+    ref = fit(
+        lambda p: GaussianProcess(3.0 * p["amp"] * kernels.ExpSquared(p["ls"]), X, noise=0.1),
+        p0,
+        y,
+        transforms=t,
+        progress=False,
+        steps=5,
+        bucket=False,
+    )
+    assert abs(first.history[0] - second.history[0]) > 1e-6
+    np.testing.assert_allclose(second.history, ref.history, rtol=1e-10)
+
+
+def test_inner_jit_closing_over_arrays_is_not_cached_stale(rng) -> None:
+    X, y = _data(rng, 25)
+    box = {"w": jnp.asarray(1.0)}
+
+    def build(p):
+        scale = jax.jit(lambda a: a * box["w"])  # a new jit each call, closing over w
+        return GaussianProcess(scale(p["amp"]) * kernels.ExpSquared(p["ls"]), X, noise=0.1)
+
+    p0, t = {"amp": 1.0, "ls": 1.0}, {"amp": Positive(), "ls": Positive()}
+    fit(build, p0, y, transforms=t, progress=False, steps=5)
+    box["w"] = jnp.asarray(3.0)
+    second = fit(build, p0, y, transforms=t, progress=False, steps=5)
+    ref = fit(
+        lambda p: GaussianProcess(3.0 * p["amp"] * kernels.ExpSquared(p["ls"]), X, noise=0.1),
+        p0,
+        y,
+        transforms=t,
+        progress=False,
+        steps=5,
+        bucket=False,
+    )
+    np.testing.assert_allclose(second.history, ref.history, rtol=1e-10)
+
+
+def test_plain_loss_refit_compiles_nothing(rng) -> None:
+    target = jnp.asarray(rng.standard_normal(5))
+
+    def run(t):
+        return fit(lambda p: jnp.sum((p - t) ** 2), jnp.zeros(5), progress=False, steps=20)
+
+    run(target)
+    t2 = jnp.asarray(rng.standard_normal(5))
+    got = []
+    assert backend_compiles(lambda: got.append(run(t2))) == []
+    np.testing.assert_allclose(np.asarray(got[0].params), np.asarray(t2), rtol=1e-6)
+
+
+def test_nan_in_X_is_the_same_error_as_before(rng) -> None:
+    X, y = _data(rng, 20)
+    X[3, 1] = np.nan
+    with pytest.raises(ValueError) as padded:
+        _fit(X, y)
+    with pytest.raises(ValueError) as exact:
+        _fit(X, y, bucket=False)
+    assert str(padded.value) == str(exact.value)
+
+
+def test_y_of_the_wrong_length_is_the_models_error(rng) -> None:
+    X, y = _data(rng, 20)
+    with pytest.raises(ValueError, match=r"y must have shape \(20,\)"):
+        _fit(X, y[:-1])
