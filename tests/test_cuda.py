@@ -3,8 +3,9 @@
 Three groups:
 
 * plumbing (always run): availability reasons, no loading at import, the CMake driver
-  ``python -m gpchol.build``, argument checks, and the StableHLO the FFI calls lower to for
-  the CUDA platform;
+  ``python -m gpchol.build``, argument checks, the StableHLO the FFI calls lower to for
+  the CUDA platform, the stages and early stops of ``benchmarks/gpu_check.sh`` (with a
+  stand-in python), and one compiled program per configuration in the GPU tests' helpers;
 * emulation (always run, needs g++): the exact host drivers and shared-memory kernel bodies
   of ``kernels_cuda`` compiled for the CPU (``kernels_cuda/emulation``), with cuBLAS and
   cuSOLVER replaced by reference loops and XLA's scratch allocator by one with its rules,
@@ -276,6 +277,10 @@ def test_one_build_description_and_one_architecture_list():
     ci = (REPO / ".ci" / "build_cuda.sh").read_text()
     assert "gpchol.build --werror" in ci
     assert "-gencode" not in ci and "emulate.cpp" not in ci  # compiled by this file alone
+    # CI compiles the whole list (A100 and H100/H200); the GPU check, the H200's alone.
+    assert "set(CMAKE_CUDA_ARCHITECTURES 80 90)" in cmake and "--arch" not in ci
+    check = (REPO / "benchmarks" / "gpu_check.sh").read_text()
+    assert 'ARCH="${GPCHOL_CUDA_ARCH:-90}"' in check and '--arch "$ARCH"' in check
 
 
 def test_kernels_have_launch_bounds_and_ptxas_reports_registers():
@@ -416,6 +421,100 @@ def test_every_gpu_test_is_in_one_group_of_the_gpu_check():
     script = (REPO / "benchmarks" / "gpu_check.sh").read_text()
     for group in GPU_GROUPS:
         assert f"-k {group.removeprefix('test_').rstrip('_')}" in script, group
+
+
+# A stand-in for the GPU machine's python3 in benchmarks/gpu_check.sh: it logs its
+# arguments, and its build and smoke print what the real ones print on failure or success.
+_FAKE_PYTHON = r"""#!/usr/bin/env bash
+echo "$*" >> "$FAKE_CALLS"
+case "$*" in
+    *gpchol.build*)
+        if [ "$FAKE_BUILD_RC" != 0 ]; then
+            echo "+ cmake -DGPCHOL_WERROR=OFF -DGPCHOL_EXTRA_CUDA_FLAGS=--no-such-flag"
+            echo "FAILED: CMakeFiles/gpchol_cuda.dir/src/handlers_f32.cu.o"
+            echo "nvcc fatal   : Unknown option '--no-such-flag'"
+            echo "gpchol.build: error: command failed with exit code 1:"
+            exit "$FAKE_BUILD_RC"
+        fi
+        k=_ZN6gpchol4cuda18small_potrf_kernelIfEEvPKT_PS2_Pii
+        echo "ptxas info    : Compiling entry function '$k' for 'sm_90'"
+        echo "ptxas info    : Function properties for $k"
+        echo "    0 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads"
+        echo "ptxas info    : Used 31 registers, used 1 barriers"
+        echo "gpchol.build: wrote libgpchol_cuda.so" ;;
+    *" smoke "*)
+        echo "$FAKE_SMOKE"
+        [ "${FAKE_SMOKE#OK}" = "$FAKE_SMOKE" ] && exit 1 ;;
+    "-") cat > /dev/null; echo "python (stand-in)" ;;
+esac
+exit 0
+"""
+
+
+def _gpu_check(tmp_path, *args, build_rc=0, smoke="OK    gpchol_potrf_f32", nvcc_flags=""):
+    """Runs benchmarks/gpu_check.sh with the stand-in python; (exit code, output, summary,
+    the stand-in's calls)."""
+    tmp_path.mkdir(exist_ok=True)
+    fake = tmp_path / "python"
+    fake.write_text(_FAKE_PYTHON)
+    fake.chmod(0o755)
+    calls = tmp_path / "calls.log"
+    calls.write_text("")
+    env = dict(os.environ, PYTHON=str(fake), OUT=str(tmp_path / "out"), TMPDIR=str(tmp_path))
+    env.update(FAKE_CALLS=str(calls), FAKE_BUILD_RC=str(build_rc), FAKE_SMOKE=smoke)
+    env.update(GPCHOL_NVCC_FLAGS=nvcc_flags, GPCHOL_BENCH_ARGS="--smoke --fake-ffi")
+    proc = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_check.sh"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    summary_path = tmp_path / "out" / "summary.txt"
+    summary = summary_path.read_text() if summary_path.exists() else ""
+    return proc.returncode, proc.stdout + proc.stderr, summary, calls.read_text().splitlines()
+
+
+def test_the_gpu_check_stops_after_a_failed_build(tmp_path):
+    """A failed build ends the check at once, with the build's errors in the summary."""
+    rc, out, summary, calls = _gpu_check(tmp_path, build_rc=1, nvcc_flags="--no-such-flag")
+    assert rc == 1, out
+    assert [c for c in calls if c != "-"] == [
+        "-m gpchol.build --verbose --arch 90 --nvcc-flags=--no-such-flag"
+    ]
+    assert "stopped: the build failed (rc 1)" in summary
+    errors = summary.split("build errors (build.log):")[1].split("last lines of build.log")[0]
+    assert "nvcc fatal   : Unknown option '--no-such-flag'" in errors
+    assert "FAILED: CMakeFiles/gpchol_cuda.dir/src/handlers_f32.cu.o" in errors
+    assert "GPCHOL_WERROR" not in errors  # echoed commands are not errors
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "build.log", "gpu_logs.tar.gz", "summary.txt"
+    ]  # fmt: skip
+
+
+def test_the_gpu_check_stops_when_no_smoke_target_passes(tmp_path):
+    rc, out, summary, calls = _gpu_check(tmp_path, smoke="FAIL  gpchol_potrf_f32 unavailable")
+    assert rc == 1, out
+    assert "stopped: no FFI target passed the smoke test" in summary
+    assert not any("pytest" in c or " run " in c for c in calls), calls
+    # the build log's ptxas report, one line per kernel
+    assert re.search(r"sm_90 +31 regs +spill 8/4 B +.*small_potrf_kernel", summary), summary
+
+
+def test_the_gpu_check_first_then_rest(tmp_path):
+    """`first` is build and smoke only; `rest` builds (incrementally) and runs the rest."""
+    rc, out, _, calls = _gpu_check(tmp_path, "first")
+    assert rc == 0, out
+    assert [c.split()[1] for c in calls if c != "-"] == ["gpchol.build", "smoke"]
+    rc, out, _, calls = _gpu_check(tmp_path, "rest")
+    assert rc == 0, out
+    steps = [c for c in calls if c != "-"]
+    assert "gpchol.build" in steps[0] and not any(" smoke " in c for c in steps)
+    assert sum("-m pytest -m gpu" in c for c in steps) == 3
+    assert "bench_gpu.py run" in steps[-2] and "bench_gpu.py report" in steps[-1]
+    rc, out, _, calls = _gpu_check(tmp_path / "x", "everything")
+    assert rc == 2 and "usage: bash benchmarks/gpu_check.sh [all|first|rest]" in out
+    assert calls == []
 
 
 # ----------------------------------------------------------------------------------------
