@@ -7,6 +7,7 @@ The public API is flat: everything a user needs is named here; ``gpchol.kernels`
 import types as _types
 
 from gpchol import datasets, kernels, means
+from gpchol._base.compile_cache import enable_compile_cache
 from gpchol._base.errors import NotPositiveDefiniteError
 from gpchol._base.transforms import (
     Bounded,
@@ -83,6 +84,7 @@ __all__ = [
     "cholesky",
     "cholesky_with_status",
     "datasets",
+    "enable_compile_cache",
     "fit",
     "fit_batched",
     "kernels",

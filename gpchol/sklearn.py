@@ -7,6 +7,11 @@ adjoint for the likelihood's gradient, and :func:`gpchol.fit` (L-BFGS) for the
 hyperparameters. It needs scikit-learn (``pip install gpchol[sklearn]``); importing
 ``gpchol`` does not import this module or scikit-learn.
 
+Fitting compiles one program per kernel structure and size bucket (:func:`gpchol.fit`): a
+second ``fit`` of the same kernel structure in the process, a cross-validation fold or a
+grid-search candidate of about the same size, reuses it. ``gpchol.enable_compile_cache()``
+once at the start of a script keeps the compiled programs on disk for the next process.
+
 Every computation runs in float64 (inside :func:`jax.enable_x64`, which is restored on
 return; nothing global is changed), as scikit-learn's does, whatever the inputs' dtype.
 

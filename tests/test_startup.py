@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import backend_compiles
 
 import gpchol
 from gpchol import kernels
@@ -124,21 +125,6 @@ def test_compile_clock_counts_compiles_not_runs() -> None:
     assert again.seconds == 0.0 and again.wall > 0.0
 
 
-def _backend_compiles(run) -> list[str]:
-    names: list[str] = []
-
-    def listen(event: str, secs: float, **kw: object) -> None:
-        if event == "/jax/core/compile/backend_compile_duration":
-            names.append(str(kw.get("fun_name")))
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
-        run()
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
-    return names
-
-
 @pytest.mark.parametrize("optimizer", ["lbfgs", "adam"])
 def test_one_compiled_step_across_restarts(rng, optimizer) -> None:
     X = jnp.asarray(rng.uniform(0, 5, (20, 1)))
@@ -150,7 +136,7 @@ def test_one_compiled_step_across_restarts(rng, optimizer) -> None:
         )
 
     p0 = {"amp": 1.0, "ell": 1.0, "noise": 0.1}
-    names = _backend_compiles(
+    names = backend_compiles(
         lambda: gpchol.fit(build, p0, y, optimizer=optimizer, steps=3, restarts=2, progress=False)
     )
     # the step is compiled once for all three starts (no retrace between restarts)
@@ -169,3 +155,41 @@ def test_import_loads_no_heavy_optional_module() -> None:
     )
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip() == "", f"imported at `import gpchol`: {p.stdout.strip()}"
+
+
+def test_enable_compile_cache_reuses_programs_across_processes(tmp_path) -> None:
+    """gpchol.enable_compile_cache: a second process of the same fit reads every program
+    back from the persistent cache (JAX's cache reports no miss there)."""
+    code = (
+        "import jax, numpy as np, gpchol\n"
+        "from gpchol import kernels, GaussianProcess, Positive\n"
+        "used = gpchol.enable_compile_cache()\n"
+        "misses = []\n"
+        "jax.monitoring.register_event_listener(\n"
+        "    lambda e, **k: misses.append(e) if e.endswith('cache_misses') else None)\n"
+        "X = np.linspace(0.0, 5.0, 30)[:, None]; y = np.sin(X[:, 0])\n"
+        "p0 = {'a': 1.0, 'l': 1.0, 'n': 0.1}\n"
+        "r = gpchol.fit(lambda p: GaussianProcess(p['a'] * kernels.ExpSquared(p['l']), X,\n"
+        "               noise=p['n']), p0, y, transforms={k: Positive() for k in p0},\n"
+        "               progress=False, steps=20)\n"
+        "print(used, len(misses) > 0, repr(r.loss))\n"
+    )
+    env = {**os.environ, "GPCHOL_CACHE_DIR": str(tmp_path / "cache")}
+    outs = [
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        ).stdout.split()
+        for _ in range(2)
+    ]
+    assert outs[0][0] == outs[1][0] == str(tmp_path / "cache")
+    assert outs[0][1] == "True" and outs[1][1] == "False", outs
+    assert outs[0][2] == outs[1][2]  # the same fit, bit for bit
+
+
+def test_enable_compile_cache_off_and_unusable(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("GPCHOL_CACHE_DIR", "off")
+    assert gpchol.enable_compile_cache() is None
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(OSError, match="cannot be used"):
+        gpchol.enable_compile_cache(blocker / "sub")

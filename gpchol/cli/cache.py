@@ -32,86 +32,28 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 import jax
 
+from gpchol._base.compile_cache import (
+    ENV_VAR,
+    SETTINGS,
+    reset_jax_cache,
+    resolve_cache_dir,
+    unusable,
+    use_cache_dir,
+)
+
 __all__ = ["ENV_VAR", "CompileClock", "compilation_cache", "resolve_cache_dir"]
-
-#: The environment variable that moves (a directory) or turns off (``off`` or empty) the
-#: command line's compilation cache.
-ENV_VAR = "GPCHOL_CACHE_DIR"
-
-_OFF = ("", "off", "none", "0", "false", "no")
 
 #: JAX's monitoring events that together make up a compilation (their spans may nest).
 _COMPILE_EVENTS = (
     "/jax/core/compile/jaxpr_trace_duration",
     "/jax/core/compile/jaxpr_to_mlir_module_duration",
     "/jax/core/compile/backend_compile_duration",
-)
-
-
-def resolve_cache_dir(
-    option: str | None,
-    *,
-    no_cache: bool,
-    environ: Mapping[str, str] | None = None,
-    program: bool = True,
-) -> str | None:
-    """The compilation cache's directory for this run, or ``None`` for no cache.
-
-    Args:
-        option: ``--cache-dir`` (``None`` when not given; empty turns the cache off).
-        no_cache: ``--no-cache`` was given.
-        environ: the environment (default ``os.environ``).
-        program: run as the ``gpchol`` program (the default location is then used);
-            from Python only an explicit directory turns the cache on.
-
-    Returns:
-        An absolute or user-relative path (``~`` expanded), or ``None``.
-    """
-    env = os.environ if environ is None else environ
-    if no_cache:
-        return None
-    if option is not None:
-        return os.path.expanduser(option) if option.strip() else None
-    value = env.get(ENV_VAR)
-    if value is not None:
-        return None if value.strip().lower() in _OFF else os.path.expanduser(value)
-    if not program:
-        return None
-    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "gpchol", "jax")
-
-
-def _unusable(path: str) -> str | None:
-    """Why ``path`` cannot hold the cache (created if missing), or ``None``."""
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".gpchol-probe-"):
-            pass
-    except OSError as e:
-        return e.strerror or type(e).__name__
-    return None
-
-
-def _reset_jax_cache() -> None:
-    # JAX decides once per process whether its cache is used (at the first compilation);
-    # a changed directory takes effect only after this reset.
-    from jax.experimental.compilation_cache import compilation_cache as cc
-
-    cc.reset_cache()
-
-
-_SETTINGS = (
-    "jax_compilation_cache_dir",
-    "jax_persistent_cache_min_compile_time_secs",
-    "jax_persistent_cache_min_entry_size_bytes",
 )
 
 
@@ -131,7 +73,7 @@ def compilation_cache(path: str | None) -> Iterator[str | None]:
     if path is None or getattr(jax.config, "jax_compilation_cache_dir"):  # noqa: B009
         yield None
         return
-    why = _unusable(path)
+    why = unusable(path)
     if why is not None:
         warnings.warn(
             f"the compilation cache {path} cannot be used ({why}); running without it "
@@ -140,17 +82,14 @@ def compilation_cache(path: str | None) -> Iterator[str | None]:
         )
         yield None
         return
-    saved = {k: getattr(jax.config, k) for k in _SETTINGS}
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    _reset_jax_cache()
+    saved = {k: getattr(jax.config, k) for k in SETTINGS}
+    use_cache_dir(path)
     try:
         yield path
     finally:
         for k, v in saved.items():
             jax.config.update(k, v)
-        _reset_jax_cache()
+        reset_jax_cache()
 
 
 class CompileClock:
