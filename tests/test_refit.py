@@ -285,3 +285,33 @@ def test_y_of_the_wrong_length_is_the_models_error(rng) -> None:
     X, y = _data(rng, 20)
     with pytest.raises(ValueError, match=r"y must have shape \(20,\)"):
         _fit(X, y[:-1])
+
+
+# ---------------------------------------------------------------- predictions in buckets
+
+
+def test_predictions_at_a_varying_number_of_points_compile_once(rng) -> None:
+    """Test points padded to a bucket: m = 40..63 share one prediction program, and every
+    mean and variance equals a float64 NumPy reference (padded rows dropped)."""
+    X, y = _data(rng, 30)
+    ls, amp, noise = 0.9, 1.3, 0.05
+    post = GaussianProcess(amp * kernels.ExpSquared(ls), X, noise=noise).condition(y)
+
+    def k(a, b):
+        d2 = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+        return amp * np.exp(-0.5 * d2 / ls**2)
+
+    K = k(X, X) + noise * np.eye(30)
+    Xs_all = rng.uniform(-3.0, 3.0, (63, 2))
+    post.mean_and_variance(Xs_all[:40])  # the bucket's program
+    for m in (41, 50, 63):
+        Xs = Xs_all[:m]
+        out: list = []
+        names = backend_compiles(lambda Xs=Xs, out=out: out.append(post.mean_and_variance(Xs)))
+        assert not [n for n in names if "predict" in n], names
+        mu, var = out[0]
+        Ks = k(X, Xs)
+        np.testing.assert_allclose(np.asarray(mu), Ks.T @ np.linalg.solve(K, y), rtol=1e-10)
+        ref = amp - np.sum(Ks * np.linalg.solve(K, Ks), axis=0)
+        np.testing.assert_allclose(np.asarray(var), ref, rtol=1e-8, atol=1e-12)
+        assert mu.shape == var.shape == (m,)

@@ -30,7 +30,6 @@ value, gradient and optimum are those of the unpadded data, and fits whose ``n``
 but fall in one bucket share one compiled step.
 
 Example:
-    >>> import jax.numpy as jnp
     >>> from gpchol._fit.programs import bucket_size
     >>> [bucket_size(n) for n in (1, 32, 33, 400, 513, 1100, 5000)]
     [32, 32, 64, 416, 544, 1152, 5000]
@@ -50,6 +49,7 @@ import jax.extend.core as jex
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh
 
+from gpchol._base.buckets import BUCKET_MAX_N, bucket_size
 from gpchol._base.transforms import to_constrained
 from gpchol._base.validate import input_mesh
 from gpchol._fit.batched import padded_log_marginal_likelihood
@@ -66,10 +66,6 @@ __all__ = [
     "gp_program",
     "loss_program",
 ]
-
-#: Above this many training points sizes are not padded: the compile is then a small part
-#: of a fit, and a padded row costs more than it saves.
-BUCKET_MAX_N = 4096
 
 #: Most compiled steps kept (least recently used dropped first).
 _CACHE_SIZE = 64
@@ -88,30 +84,6 @@ def check_bucket(bucket: Any) -> bool | int:
         "bucket must be True (pad the training points to a size bucket), False (no "
         f"padding) or a positive int (pad to a multiple of it); got {bucket!r}."
     )
-
-
-def bucket_size(n: int, bucket: bool | int = True) -> int:
-    """The padded number of rows for ``n`` training points.
-
-    Args:
-        n: the number of training points.
-        bucket: ``True``: multiples of 32 up to 512, then multiples of ``2^(k-4)`` for
-            ``2^k <= n < 2^(k+1)`` (at most 1/16 of ``n`` added) up to
-            :data:`BUCKET_MAX_N`, ``n`` itself above; ``False``: ``n``; an int ``m``:
-            the next multiple of ``m``.
-
-    Returns:
-        The bucket's size, ``>= n``.
-    """
-    if bucket is False or n <= 0:
-        return n
-    if bucket is True:
-        if n > BUCKET_MAX_N:
-            return n
-        step = 32 if n <= 512 else 2 ** (int(n).bit_length() - 5)
-    else:
-        step = int(bucket)
-    return -(-n // step) * step
 
 
 def cache_info() -> dict[str, int]:

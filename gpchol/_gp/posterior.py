@@ -53,6 +53,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
+from gpchol._base.buckets import bucket_size
 from gpchol._base.validate import as_inputs, check_jitter, is_concrete
 from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
 from gpchol._linalg.blocks import trsm
@@ -188,6 +189,16 @@ def _kernel_diag(kernel: Any, x: jax.Array) -> jax.Array:
     if isinstance(kernel, Kernel):
         return kernel.diag(x)
     return jax.vmap(lambda xi: kernel(xi[None, :], xi[None, :])[0, 0])(x)
+
+
+def _pad_rows(x: jax.Array, size: int) -> jax.Array:
+    """``x`` with copies of its last row appended up to ``size`` rows (by NumPy when ``x``
+    is concrete: nothing to compile per size)."""
+    pad = size - x.shape[0]
+    if is_concrete(x):
+        xn = np.asarray(x)
+        return jnp.asarray(np.concatenate([xn, np.repeat(xn[-1:], pad, axis=0)]))
+    return jnp.concatenate([x, jnp.broadcast_to(x[-1:], (pad,) + x.shape[1:])])
 
 
 def _blockwise(f: Any, Xs: jax.Array, b: int) -> Any:
@@ -528,7 +539,18 @@ class Posterior:
         if m == 0:
             empty = jnp.zeros((0,), x.dtype)
             return empty, empty
-        return _predict(self, x, kern, nz, whole=whole, want_var=want_var, b=b)
+        # Test points padded to a size bucket (one block) or to whole blocks, so that
+        # predictions at a varying number of points share one program; each point's
+        # result depends on its own row only, and the padded rows are dropped.
+        size = -(-m // b) * b
+        if b == m and self._block(block_size, bucket_size(m)) == bucket_size(m):
+            size = b = bucket_size(m)
+        if size > m:
+            x = _pad_rows(x, size)
+            if nz.ndim == 1:
+                nz = _pad_rows(nz, size)
+        mu, var = _predict(self, x, kern, nz, whole=whole, want_var=want_var, b=b)
+        return (mu[:m], var[:m]) if size > m else (mu, var)
 
     def mean(
         self,

@@ -1,0 +1,44 @@
+"""Size buckets: array sizes padded up so that programs compile once per bucket.
+
+A compiled program depends on its arrays' shapes. A loop whose size grows by one (Bayesian
+optimisation), cross-validation folds of ``n`` and ``n + 1`` points, or predictions at a
+varying number of test points would each compile anew; padded to a bucket (with rows that
+change no result: masked training rows, discarded test rows) they share one program.
+
+Example:
+    >>> from gpchol._base.buckets import bucket_size
+    >>> bucket_size(33), bucket_size(513), bucket_size(100, 7), bucket_size(100, False)
+    (64, 544, 105, 100)
+"""
+
+from __future__ import annotations
+
+__all__ = ["BUCKET_MAX_N", "bucket_size"]
+
+#: Above this size arrays are not padded: the compile is then a small part of the work,
+#: and a padded row costs more than it saves.
+BUCKET_MAX_N = 4096
+
+
+def bucket_size(n: int, bucket: bool | int = True) -> int:
+    """The padded number of rows for ``n`` training points.
+
+    Args:
+        n: the number of training points.
+        bucket: ``True``: multiples of 32 up to 512, then multiples of ``2^(k-4)`` for
+            ``2^k <= n < 2^(k+1)`` (at most 1/16 of ``n`` added) up to
+            :data:`BUCKET_MAX_N`, ``n`` itself above; ``False``: ``n``; an int ``m``:
+            the next multiple of ``m``.
+
+    Returns:
+        The bucket's size, ``>= n``.
+    """
+    if bucket is False or n <= 0:
+        return n
+    if bucket is True:
+        if n > BUCKET_MAX_N:
+            return n
+        step = 32 if n <= 512 else 2 ** (int(n).bit_length() - 5)
+    else:
+        step = int(bucket)
+    return -(-n // step) * step
