@@ -71,6 +71,7 @@ from gpchol import (
     to_constrained,
     to_unconstrained,
 )
+from gpchol._base.buckets import bucket_size
 from gpchol.cli.spec import LogPositive
 
 __all__ = ["GaussianProcessRegressor"]
@@ -195,6 +196,22 @@ def _scipy_lbfgsb(
     )
     best.restart_losses = losses
     return best
+
+
+def _padded_posterior(kernel: Any, X: np.ndarray, y: np.ndarray, noise: np.ndarray) -> Any:
+    """The posterior on ``(X, y)`` with the training points padded to their size bucket
+    (masked rows: the same posterior), so that folds of about the same size share the
+    conditioning and prediction programs. Call inside ``jax.enable_x64(True)``."""
+    n = X.shape[0]
+    size = bucket_size(n)
+    pad = size - n
+    Xp = np.concatenate([X, np.repeat(X[:1], pad, axis=0)]) if n else X
+    yp = np.concatenate([y, np.zeros(pad)])
+    noise_p = np.concatenate([noise, np.ones(pad)]) if noise.shape == (n,) else noise
+    gp = GaussianProcess(kernel, jnp.asarray(Xp), noise=jnp.asarray(noise_p))
+    if pad:
+        gp = gp.with_mask(jnp.asarray(np.arange(size) < n))
+    return gp.condition(jnp.asarray(yp))
 
 
 class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
@@ -361,7 +378,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 kernel_ = _as_float64_leaves(hp.kernel(result.params))
             else:
                 kernel_ = kernel0
-            post = GaussianProcess(kernel_, Xj, noise=nj).condition(yj)
+            post = _padded_posterior(kernel_, X, yn, noise)
             if int(post.status) != 0:
                 raise np.linalg.LinAlgError(
                     f"the training covariance of the kernel {kernel_!r} plus alpha is not "
@@ -373,8 +390,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         self.kernel_ = kernel_
         # NumPy leaves: the estimator pickles, and unpickles, in float64 whatever JAX's mode
         self.posterior_ = jax.tree_util.tree_map(np.asarray, post)
-        self.L_ = np.asarray(post.L)
-        self.alpha_ = np.asarray(post.alpha)
+        n = X.shape[0]
+        self.L_ = np.asarray(post.L)[:n, :n]
+        self.alpha_ = np.asarray(post.alpha)[:n]
         self.log_marginal_likelihood_value_ = float(post.log_marginal_likelihood)
         self.fit_result_ = result
         self._y_train_mean, self._y_train_std = mean, std

@@ -315,3 +315,105 @@ def test_predictions_at_a_varying_number_of_points_compile_once(rng) -> None:
         ref = amp - np.sum(Ks * np.linalg.solve(K, Ks), axis=0)
         np.testing.assert_allclose(np.asarray(var), ref, rtol=1e-8, atol=1e-12)
         assert mu.shape == var.shape == (m,)
+
+
+# ------------------------------------------------------------- padded training points
+
+
+def _padded(X, y, size, rng):
+    n = X.shape[0]
+    Xp = np.concatenate([X, np.repeat(X[:1], size - n, axis=0)])
+    yp = np.concatenate([y, rng.standard_normal(size - n)])  # anything on padded rows
+    return Xp, yp, np.arange(size) < n
+
+
+@pytest.mark.parametrize("n, size, jitter", [(30, 32, None), (33, 64, None), (40, 64, 1e-6)])
+def test_masked_posterior_equals_the_unpadded_one(rng, n, size, jitter) -> None:
+    X, y = _data(rng, n)
+    Xp, yp, mask = _padded(X, y, size, rng)
+    k = 1.3 * kernels.Matern52(0.8)
+    exact = GaussianProcess(k, X, noise=0.05, jitter=jitter)
+    padded = GaussianProcess(k, Xp, noise=0.05, jitter=jitter, mask=mask)
+    np.testing.assert_allclose(
+        float(padded.log_marginal_likelihood(yp)),
+        float(exact.log_marginal_likelihood(y)),
+        rtol=1e-12,
+    )
+    a, b = exact.condition(y), padded.condition(yp)
+    np.testing.assert_allclose(
+        float(b.log_marginal_likelihood), float(a.log_marginal_likelihood), rtol=1e-12
+    )
+    Xs = rng.uniform(-3.0, 3.0, (17, 2))
+    for f in ("mean", "variance", "covariance"):
+        np.testing.assert_allclose(
+            np.asarray(getattr(b, f)(Xs)),
+            np.asarray(getattr(a, f)(Xs)),
+            rtol=1e-9,
+            atol=1e-12,
+            err_msg=f,
+        )
+    da, db = exact.diagnostics(), padded.diagnostics()
+    np.testing.assert_allclose(float(db.rcond), float(da.rcond), rtol=1e-10)
+    assert bool(db.singular) == bool(da.singular)
+
+
+def test_masked_gradient_equals_the_unpadded_one(rng) -> None:
+    X, y = _data(rng, 45)
+    Xp, yp, mask = _padded(X, y, 64, rng)
+
+    def lml(p, X, y, mask=None):
+        k = p["amp"] * kernels.ExpSquared(p["ls"])
+        return GaussianProcess(k, X, noise=p["noise"], mask=mask).log_marginal_likelihood(y)
+
+    p = {"amp": jnp.asarray(1.2), "ls": jnp.asarray(0.9), "noise": jnp.asarray(0.07)}
+    g0 = jax.grad(lml)(p, X, y)
+    g1 = jax.jit(jax.grad(lml))(p, Xp, yp, mask)
+    for key in p:
+        np.testing.assert_allclose(float(g1[key]), float(g0[key]), rtol=1e-10)
+
+
+def test_bad_mask_is_a_clear_error(rng) -> None:
+    X, y = _data(rng, 10)
+    k = kernels.ExpSquared()
+    with pytest.raises(ValueError, match=r"mask must be None or a boolean array of shape \(10,\)"):
+        GaussianProcess(k, X, noise=0.1, mask=np.ones(9, bool))
+    with pytest.raises(ValueError, match="mask must be None or a boolean"):
+        GaussianProcess(k, X, noise=0.1, mask=np.ones(10))
+    with pytest.raises(ValueError, match="one jitter value, not a schedule"):
+        GaussianProcess(k, X, noise=0.1, jitter=(1e-8, 1e-6), mask=np.ones(10, bool))
+    post = GaussianProcess(k, X, noise=0.1, mask=np.arange(10) < 8).condition(y)
+    with pytest.raises(ValueError, match="pass the test inputs Xs explicitly"):
+        post.mean()
+
+
+def test_masked_posterior_saves_and_loads(rng, tmp_path) -> None:
+    import gpchol
+
+    X, y = _data(rng, 20)
+    Xp, yp, mask = _padded(X, y, 32, rng)
+    post = GaussianProcess(kernels.ExpSquared(0.7), Xp, noise=0.1, mask=mask).condition(yp)
+    gpchol.save(post, tmp_path / "post")
+    back = gpchol.load(tmp_path / "post")
+    np.testing.assert_array_equal(np.asarray(back.gp.mask), mask)
+    Xs = rng.uniform(-3.0, 3.0, (5, 2))
+    np.testing.assert_array_equal(np.asarray(back.variance(Xs)), np.asarray(post.variance(Xs)))
+
+
+def test_estimator_folds_of_one_bucket_share_their_programs(rng) -> None:
+    """gpchol.sklearn: fits of n = 40 and 45 points compile the step, the conditioning and
+    the prediction once; the padded posterior's attributes are the unpadded ones."""
+    pytest.importorskip("sklearn")
+    from gpchol.sklearn import GaussianProcessRegressor
+
+    X, y = _data(rng, 45)
+    est = GaussianProcessRegressor(1.0 * kernels.ExpSquared(1.0), alpha=0.05, max_steps=30)
+    est.fit(X[:40], y[:40]).predict(X[:7])
+    out = []
+    names = backend_compiles(lambda: out.append(est.fit(X, y).predict(X[:9])))
+    big = [n for n in names if n != "jit(stage)"]  # JAX's host-to-device copy of a new shape
+    assert big == [], names
+    assert est.L_.shape == (45, 45) and est.alpha_.shape == (45,)
+    ref = GaussianProcess(est.kernel_, X, noise=0.05).condition(y)
+    with jax.enable_x64(True):
+        np.testing.assert_allclose(est.L_, np.asarray(ref.L), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(out[0], np.asarray(ref.mean(X[:9])), rtol=1e-10)

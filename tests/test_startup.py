@@ -20,6 +20,7 @@ from helpers import backend_compiles
 
 import gpchol
 from gpchol import kernels
+from gpchol._internal import fit_programs_module
 from gpchol.cli import main
 from gpchol.cli.cache import ENV_VAR, CompileClock, compilation_cache, resolve_cache_dir
 
@@ -65,6 +66,9 @@ FIT = ["fit", "--csv", "d.csv", "--x", "x", "--y", "y", "--steps", "3", "--no-pl
 
 def test_fit_fills_the_cache_and_restores_jax(small_csv, capsys) -> None:
     cache = small_csv / "cache"
+    # a fit of this structure earlier in the process would be served from memory (compiling
+    # nothing, so writing nothing): start from an empty program cache
+    fit_programs_module.clear_cache()
     keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
     before = {k: getattr(jax.config, k) for k in keys}
     rc = main([*FIT, "--cache-dir", str(cache)])

@@ -77,7 +77,6 @@ from gpchol._fit.objective import (
 from gpchol._fit.progress import ProgressLine
 from gpchol._fit.signals import SignalGuard
 from gpchol._fit.state import FitState, canonical
-from gpchol._linalg.solve import mvn_logpdf
 
 __all__ = [
     "CONVERGED",
@@ -92,8 +91,6 @@ __all__ = [
 RUNNING, CONVERGED, STEPS, FAILED = 0, 1, 2, 3
 """A problem's status codes (:attr:`BatchedFitResult.status`): still running, stopped by
 the tolerance test, stopped at ``steps``, stopped on a non-finite loss or gradient."""
-
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 @dataclasses.dataclass
@@ -161,8 +158,8 @@ def padded_log_marginal_likelihood(gp: Any, y: Any, mask: Any) -> jax.Array:
     identity) and the padded rows add exactly ``-n_pad log(2 pi) / 2`` (a zero residual,
     a zero log-determinant), which is added back. The value and its gradient are those
     of the GP restricted to its real rows, whatever the padded rows hold (their inputs
-    must only give a finite kernel). Computed by :func:`gpchol.mvn_logpdf` with the GP's
-    backend and tile size.
+    must only give a finite kernel). Computed by the GP's own likelihood with the padded
+    rows marked (:meth:`gpchol.GaussianProcess.with_mask`).
 
     Args:
         gp: a :class:`gpchol.GaussianProcess` over ``(n, d)`` inputs, padded rows included
@@ -195,15 +192,7 @@ def padded_log_marginal_likelihood(gp: Any, y: Any, mask: Any) -> jax.Array:
             "the GP without jitter=..., e.g. with a lower bound on the noise instead "
             "(gpchol.Positive(lower=1e-6))."
         )
-    K = gp.covariance_matrix()
-    m = jnp.asarray(mask, bool)
-    both = m[:, None] & m[None, :]
-    K = jnp.where(both, K, jnp.eye(K.shape[-1], dtype=K.dtype))
-    r = jnp.asarray(y).astype(K.dtype) - jnp.asarray(gp.mean_vector()).astype(K.dtype)
-    r = jnp.where(m, r, jnp.zeros((), K.dtype))
-    value = mvn_logpdf(r, 0.0, K, backend=gp.backend, tile_size=gp.tile_size)
-    n_pad = jnp.sum(~m).astype(value.dtype)
-    return value + n_pad * _HALF_LOG_2PI
+    return gp.with_mask(jnp.asarray(mask, bool)).log_marginal_likelihood(y)
 
 
 # --------------------------------------------------------------------------- the inputs

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gpchol._base.validate import is_concrete
-from gpchol._linalg.status import pivot_rcond, singular_threshold
+from gpchol._linalg.status import diagonal_rcond, pivot_rcond, singular_threshold
 
 __all__ = ["GPDiagnostics", "SingularCovarianceWarning", "diagnose_factor"]
 
@@ -118,14 +118,24 @@ class GPDiagnostics(NamedTuple):
 # fresh process) instead of one. GaussianProcess.condition computes it inside its own
 # conditioning program instead.
 @jax.jit
-def diagnose_factor(L: jax.Array, status: jax.Array, jitter_used: jax.Array) -> GPDiagnostics:
+def diagnose_factor(
+    L: jax.Array, status: jax.Array, jitter_used: jax.Array, mask: jax.Array | None = None
+) -> GPDiagnostics:
     """:class:`GPDiagnostics` of a factor ``L`` (``(..., n, n)``) and its status.
 
-    Costs ``O(n)``; works on traced values.
+    With ``mask`` (``(n,)``, False on padded rows) the padded rows' unit pivots are left
+    out: the report is that of the real points' covariance. Costs ``O(n)``; works on
+    traced values.
     """
-    n = L.shape[-1]
-    rcond = pivot_rcond(L)
-    threshold = jnp.asarray(singular_threshold(n, L.dtype), rcond.dtype)
+    if mask is None:
+        rcond = pivot_rcond(L)
+        threshold = jnp.asarray(singular_threshold(L.shape[-1], L.dtype), rcond.dtype)
+    else:
+        d = jnp.abs(jnp.diagonal(L, axis1=-2, axis2=-1))
+        real = jnp.max(jnp.where(mask, d, jnp.zeros((), d.dtype)), axis=-1, keepdims=True)
+        rcond = diagonal_rcond(jnp.where(mask, d, real))
+        n_real = jnp.maximum(jnp.sum(mask), 1).astype(rcond.dtype)
+        threshold = n_real * jnp.finfo(L.dtype).eps
     status = jnp.asarray(status, jnp.int32)
     rcond = jnp.where(status == 0, rcond, jnp.zeros((), rcond.dtype))
     singular = (status == 0) & (rcond < threshold)

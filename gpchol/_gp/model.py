@@ -63,6 +63,7 @@ from gpchol._gp.posterior import Posterior, model_part
 from gpchol._linalg.backends import resolve_backend, tile_for
 from gpchol._linalg.cholesky import linear_chol_tangent
 from gpchol._linalg.gaussian import (
+    LOG_2PI,
     DenseCovariance,
     GaussianRule,
     gaussian_factor,
@@ -77,6 +78,19 @@ if TYPE_CHECKING:
     from gpchol.distributed import ShardedPosterior
 
 __all__ = ["GaussianProcess", "Posterior"]
+
+
+def _check_mask(mask: Any, n: int) -> jax.Array | None:
+    """``None``, or the mask as an ``(n,)`` boolean array (or a clear error)."""
+    if mask is None:
+        return None
+    m = jnp.asarray(mask)
+    if m.dtype != jnp.bool_ or m.shape != (n,):
+        raise ValueError(
+            f"mask must be None or a boolean array of shape ({n},), True on the real points "
+            f"and False on padded rows; got dtype {m.dtype} and shape {tuple(m.shape)}."
+        )
+    return m
 
 
 def _concrete_check(X: ArrayLike, noise: ArrayLike) -> None:
@@ -120,7 +134,22 @@ def _gp_tile(
     noise = jnp.broadcast_to(gp.noise.astype(Kb.dtype), (n,))
     noise = jax.lax.dynamic_slice_in_dim(noise, r0, rows)
     on = (r0 + jnp.arange(rows))[:, None] == (c0 + jnp.arange(cols))[None, :]
-    return Kb + jnp.where(on, noise[:, None], jnp.zeros((), Kb.dtype))
+    Kb = Kb + jnp.where(on, noise[:, None], jnp.zeros((), Kb.dtype))
+    if gp.mask is None:
+        return Kb
+    mr = jax.lax.dynamic_slice_in_dim(gp.mask, r0, rows)
+    mc = gp.mask if cols == n else jax.lax.dynamic_slice_in_dim(gp.mask, c0, cols)
+    return padded_rows_as_identity(Kb, mr, mc, on)
+
+
+def padded_rows_as_identity(
+    K: jax.Array, mask_rows: jax.Array, mask_cols: jax.Array, on_diagonal: jax.Array
+) -> jax.Array:
+    """A block of the covariance with padded points (mask False) as identity rows and
+    columns: the covariance is then block diagonal (the real points' block, and ``I``), so
+    a padded point adds a zero residual and a zero log-determinant, and no tangent."""
+    real = mask_rows[:, None] & mask_cols[None, :]
+    return jnp.where(real, K, on_diagonal.astype(K.dtype))
 
 
 # Up to this n the contraction <W, dK> takes the whole tangent at once (see contract).
@@ -260,7 +289,8 @@ def _condition_jit(gp: GaussianProcess, r: jax.Array) -> tuple[Any, ...]:
     be = resolve_backend(gp.backend, gp.X)
     nb = tile_for(be, gp.n, r.dtype, check_tile_size(gp.tile_size))
     L, value, alpha, status, used = _conditioned(gp, r, GaussianRule(be, nb, gp.jitter))
-    return L, value, alpha, status, used, diagnose_factor(L, status, used)
+    value = value + gp._padded_correction(used, value.dtype)
+    return L, value, alpha, status, used, diagnose_factor(L, status, used, gp.mask)
 
 
 class GaussianProcess:
@@ -278,8 +308,15 @@ class GaussianProcess:
             :func:`gpchol.cholesky_with_status`).
         backend: Cholesky backend, ``"auto"``, ``"xla"``, ``"tiled"`` or ``"cuda"``.
         tile_size: block size of the factorization and its adjoint (``None``: automatic).
+        mask: ``None``, or ``(n,)`` booleans, False on *padded* rows: points that are not
+            data, there only to give ``n`` a fixed size (so that programs compile once per
+            size bucket). A padded point is an identity row and column of the covariance
+            with a zero residual: the likelihood, its gradient and the posterior are those
+            of the real points alone, whatever the padded rows of ``X``, ``noise`` and
+            ``y`` hold (as long as the kernel is finite there).
 
-    Shapes: ``X (n, d)``, ``noise () or (n,)``, ``y (n,)``; test inputs ``Xs (m, d)``.
+    Shapes: ``X (n, d)``, ``noise () or (n,)``, ``y (n,)``, ``mask (n,)``; test inputs
+    ``Xs (m, d)``.
 
     Note:
         With ``X`` placed on a multi-device mesh (a ``NamedSharding``), the likelihood
@@ -310,6 +347,7 @@ class GaussianProcess:
         jitter: Any = None,
         backend: str = "auto",
         tile_size: int | None = None,
+        mask: Any = None,
     ) -> None:
         if not isinstance(kernel, Kernel):
             kernel = as_kernel(kernel)  # a function f(x1, x2) -> scalar, or TypeError
@@ -331,19 +369,62 @@ class GaussianProcess:
         self.jitter = check_jitter(jitter)
         self.backend = backend
         self.tile_size = tile_size
+        self.mask = _check_mask(mask, n)
+        self._check_padding()
 
     # ------------------------------------------------------------------ pytree protocol
     def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        children = (self.kernel, self.X, self.noise, self.mean)
+        children = (self.kernel, self.X, self.noise, self.mean, self.mask)
         aux = (self.jitter, self.backend, self.tile_size)
         return children, aux
 
     @classmethod
     def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> GaussianProcess:
         obj = object.__new__(cls)
-        obj.kernel, obj.X, obj.noise, obj.mean = children
+        # four children: a model saved before the mask existed (gpchol.load)
+        obj.kernel, obj.X, obj.noise, obj.mean, obj.mask = (*children, None)[:5]
         obj.jitter, obj.backend, obj.tile_size = aux
         return obj
+
+    def with_mask(self, mask: Any) -> GaussianProcess:
+        """This GP with padded rows marked (see ``mask`` in :class:`GaussianProcess`).
+
+        Args:
+            mask: ``(n,)`` booleans, False on padded rows; ``None`` removes the mask.
+
+        Returns:
+            A new :class:`GaussianProcess` sharing every other field.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import kernels
+            >>> from gpchol import GaussianProcess
+            >>> X, y = jnp.array([0.0, 1.0, 1.0]), jnp.array([0.3, -0.2, 9.0])
+            >>> gp = GaussianProcess(kernels.ExpSquared(), X, noise=0.1)
+            >>> a = gp.with_mask(jnp.array([True, True, False])).log_marginal_likelihood(y)
+            >>> b = GaussianProcess(kernels.ExpSquared(), X[:2], noise=0.1)
+            >>> bool(jnp.allclose(a, b.log_marginal_likelihood(y[:2])))
+            True
+        """
+        children, aux = self.tree_flatten()
+        gp = self.tree_unflatten(aux, (*children[:4], _check_mask(mask, self.n)))
+        gp._check_padding()
+        return gp
+
+    def _check_padding(self) -> None:
+        if self.mask is None:
+            return
+        if self.jitter is not None and len(self.jitter) > 1:
+            raise ValueError(
+                "a GaussianProcess with padded rows (mask) takes one jitter value, not a "
+                f"schedule (got {self.jitter}): the jitter used must be known to remove the "
+                "padded rows' share of the log-determinant."
+            )
+        if input_mesh(self.X) is not None:
+            raise ValueError(
+                "padded rows (mask) are not supported with X sharded over a device mesh; "
+                "pass the real points only."
+            )
 
     def __repr__(self) -> str:
         shape = getattr(self.X, "shape", None)
@@ -362,7 +443,10 @@ class GaussianProcess:
         """``(n, n)`` covariance of the observations, ``k(X, X) + diag(noise)``."""
         K = self.kernel(self.X, self.X)
         noise = jnp.broadcast_to(self.noise.astype(K.dtype), (K.shape[0],))
-        return K + jnp.diag(noise)
+        K = K + jnp.diag(noise)
+        if self.mask is None:
+            return K
+        return padded_rows_as_identity(K, self.mask, self.mask, jnp.eye(self.n, dtype=bool))
 
     def mean_vector(self) -> jax.Array:
         """``(n,)`` prior mean at the training inputs."""
@@ -425,7 +509,7 @@ class GaussianProcess:
             (0, False, True)
         """
         L, status, used = self.factor()
-        return diagnose_factor(L, status, used)
+        return diagnose_factor(L, status, used, self.mask)
 
     def _warn_if_singular(self, value: jax.Array, what: str) -> None:
         """Eager methods only: warn when a finite ``value`` comes from a singular ``K``.
@@ -451,7 +535,17 @@ class GaussianProcess:
         dtype = jnp.result_type(self.X.dtype, y.dtype)
         if not jnp.issubdtype(dtype, jnp.floating):
             dtype = self.X.dtype
-        return y.astype(dtype) - m.astype(dtype)
+        r = y.astype(dtype) - m.astype(dtype)
+        return r if self.mask is None else jnp.where(self.mask, r, jnp.zeros((), dtype))
+
+    def _padded_correction(self, jitter_used: ArrayLike, dtype: DTypeLike) -> jax.Array:
+        """What the padded rows take from the log-likelihood, to be added back: each is a
+        standard normal with a zero residual, ``-log(2 pi) / 2`` (``- log(1 + jitter) / 2``
+        with a jitter on the diagonal). Zero without a mask."""
+        if self.mask is None:
+            return jnp.zeros((), dtype)
+        n_pad = jnp.sum(~self.mask).astype(dtype)
+        return n_pad * (0.5 * LOG_2PI + 0.5 * jnp.log1p(jnp.asarray(jitter_used, dtype)))
 
     def _check(self, status: jax.Array, check: bool, what: str) -> None:
         if not check:
@@ -516,7 +610,9 @@ class GaussianProcess:
         # k(X, X) is read by its lower triangle (kernels are symmetric)
         be = resolve_backend(self.backend, self.X)
         nb = tile_for(be, self.n, r.dtype, check_tile_size(self.tile_size))
-        return gaussian_loglik(_GPCovariance(self), r, GaussianRule(be, nb, self.jitter))
+        value, status = gaussian_loglik(_GPCovariance(self), r, GaussianRule(be, nb, self.jitter))
+        jitter = self.jitter[0] if self.jitter else 0.0
+        return value + self._padded_correction(jitter, value.dtype), status
 
     def _sharded_lml(self, r: jax.Array, mesh: Any) -> tuple[jax.Array, jax.Array]:
         """The likelihood on ``gpchol.distributed``: covariance tiles built where they live."""
@@ -644,6 +740,12 @@ class GaussianProcess:
             >>> dist = gp.numpyro_dist()  # doctest: +SKIP
         """
         from gpchol import numpyro as _gnp
+
+        if self.mask is not None:
+            raise ValueError(
+                "numpyro_dist() of a GaussianProcess with padded rows (mask) is not "
+                "supported; build the GP on the real points only."
+            )
 
         # X placed on a multi-device mesh: the distribution's log_prob takes the sharded path.
         return _gnp.GaussianProcessMarginal(

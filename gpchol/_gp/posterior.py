@@ -191,6 +191,15 @@ def _kernel_diag(kernel: Any, x: jax.Array) -> jax.Array:
     return jax.vmap(lambda xi: kernel(xi[None, :], xi[None, :])[0, 0])(x)
 
 
+def _cross(gp: Any, kern: Any, X: jax.Array, xb: jax.Array) -> jax.Array:
+    """``k(X, xb)`` ``(n, b)``, zero on the training inputs' padded rows (the factor's
+    identity block there: they then change no mean, variance or covariance)."""
+    Ks = kern(X, xb).astype(xb.dtype)
+    if gp.mask is None:
+        return Ks
+    return jnp.where(gp.mask[:, None], Ks, jnp.zeros((), Ks.dtype))
+
+
 def _pad_rows(x: jax.Array, size: int) -> jax.Array:
     """``x`` with copies of its last row appended up to ``size`` rows (by NumPy when ``x``
     is concrete: nothing to compile per size)."""
@@ -199,6 +208,11 @@ def _pad_rows(x: jax.Array, size: int) -> jax.Array:
         xn = np.asarray(x)
         return jnp.asarray(np.concatenate([xn, np.repeat(xn[-1:], pad, axis=0)]))
     return jnp.concatenate([x, jnp.broadcast_to(x[-1:], (pad,) + x.shape[1:])])
+
+
+def _first_rows(x: jax.Array, m: int) -> jax.Array:
+    """``x[:m]`` (by NumPy when ``x`` is concrete: nothing to compile per ``m``)."""
+    return jnp.asarray(np.asarray(x)[:m]) if is_concrete(x) else x[:m]
 
 
 def _blockwise(f: Any, Xs: jax.Array, b: int) -> Any:
@@ -240,7 +254,7 @@ def _predict(
     kern = gp.kernel if whole else kern
 
     def block(xb: jax.Array) -> tuple[jax.Array, jax.Array]:
-        Ks = kern(X, xb).astype(xb.dtype)  # (n, b)
+        Ks = _cross(gp, kern, X, xb)  # (n, b)
         mu = Ks.T @ alpha
         if whole:
             mu = mu + gp.mean(xb).astype(xb.dtype)
@@ -266,7 +280,7 @@ def _covariance(
     kern = gp.kernel if whole else kern
 
     def block(xb: jax.Array) -> tuple[jax.Array, jax.Array]:
-        Ks = kern(X, xb).astype(xb.dtype)
+        Ks = _cross(gp, kern, X, xb)
         mu = Ks.T @ alpha
         if whole:
             mu = mu + gp.mean(xb).astype(xb.dtype)
@@ -425,6 +439,11 @@ class Posterior:
 
     # ------------------------------------------------------------------ argument checks
     def _Xs(self, Xs: ArrayLike | None) -> jax.Array:
+        if Xs is None and self.gp.mask is not None:
+            raise ValueError(
+                "this posterior's training inputs include padded rows (mask); pass the test "
+                "inputs Xs explicitly (e.g. the real training points)."
+            )
         Xs = self.gp.X if Xs is None else as_inputs(Xs, "Xs")
         d = self.gp.X.shape[1]
         if Xs.shape[1] != d:
@@ -550,7 +569,7 @@ class Posterior:
             if nz.ndim == 1:
                 nz = _pad_rows(nz, size)
         mu, var = _predict(self, x, kern, nz, whole=whole, want_var=want_var, b=b)
-        return (mu[:m], var[:m]) if size > m else (mu, var)
+        return (_first_rows(mu, m), _first_rows(var, m)) if size > m else (mu, var)
 
     def mean(
         self,

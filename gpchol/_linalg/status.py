@@ -102,7 +102,11 @@ def pivot_rcond(L: jax.Array) -> jax.Array:
         >>> float(pivot_rcond(jnp.array([[2.0, 0.0], [1.0, 0.5]])))
         0.0625
     """
-    d = jnp.abs(jnp.diagonal(L, axis1=-2, axis2=-1))
+    return diagonal_rcond(jnp.abs(jnp.diagonal(L, axis1=-2, axis2=-1)))
+
+
+def diagonal_rcond(d: jax.Array) -> jax.Array:
+    """:func:`pivot_rcond` from the factor's diagonal ``d`` (``(..., n)``, non-negative)."""
     if d.shape[-1] == 0:
         return jnp.ones(d.shape[:-1], d.dtype)
     lo, hi = jnp.min(d, axis=-1), jnp.max(d, axis=-1)
