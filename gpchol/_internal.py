@@ -15,6 +15,7 @@ that the package's private modules can be rearranged without touching them.
 * ``distributed_api``, ``distributed_local``: modules of the sharded layer (tile defaults,
   the collectives record used by ``benchmarks/bench_distributed.py``);
 * ``lbfgs_module``: :func:`gpchol.fit`'s L-BFGS (the two-loop product, the direction);
+* ``platform_module``: the per-platform switch (CPU-only processes trace the CPU path);
 * ``fit_programs_module``: :func:`gpchol.fit`'s compiled steps keyed by structure (size
   buckets, the cache's counters);
 * ``fit_batched_module``, ``posterior_module``, ``persist_module``: the modules behind
@@ -24,6 +25,7 @@ that the package's private modules can be rearranged without touching them.
 
 from gpchol import _persist as persist_module
 from gpchol._base import io
+from gpchol._base import platform as platform_module
 from gpchol._cpu import ffi as cpu_ffi
 from gpchol._cuda import ffi as cuda_ffi
 from gpchol._fit import batched as fit_batched_module
@@ -53,5 +55,6 @@ __all__ = [
     "lbfgs_module",
     "maybe_sharded_cholesky",
     "persist_module",
+    "platform_module",
     "posterior_module",
 ]

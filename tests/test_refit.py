@@ -417,3 +417,19 @@ def test_estimator_folds_of_one_bucket_share_their_programs(rng) -> None:
     with jax.enable_x64(True):
         np.testing.assert_allclose(est.L_, np.asarray(ref.L), rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(out[0], np.asarray(ref.mean(X[:9])), rtol=1e-10)
+
+
+def test_cpu_only_process_traces_no_gpu_branch(rng) -> None:
+    """On a machine whose only JAX platform is the CPU, the GP likelihood's program holds
+    the CPU path alone (no platform switch: the GPU branch is not traced or compiled)."""
+    from gpchol._internal import platform_module
+
+    if not platform_module.cpu_only():
+        pytest.skip("this process has a platform besides the CPU")
+    X, y = _data(rng, 300)
+
+    def loss(p):
+        return -_build(X)(p).log_marginal_likelihood(y)
+
+    text = str(jax.make_jaxpr(jax.value_and_grad(loss))(dict(P0)))
+    assert "platform_index" not in text

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from gpchol._base.platform import platform_dependent
 from gpchol._linalg.backends import Backend
 from gpchol._linalg.blocks import default_tile_size
 from gpchol._linalg.host_lapack import chol_solve_cpu, compiled_lapack
@@ -255,7 +256,7 @@ def gaussian_factor(
             and r.shape[:-1] == K.shape[:-2]
             and dtype in (jnp.float32, jnp.float64)
         ):
-            return lax.platform_dependent(K, r, cpu=host, default=device)
+            return platform_dependent(K, r, cpu=host, default=device)
         return device(K, r)
 
     def tried(j: float) -> tuple[jax.Array, ...]:

@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
+from gpchol._base.platform import platform_dependent
 from gpchol._cpu import ffi as cpu_ffi
 
 __all__ = [
@@ -94,7 +94,7 @@ def cho_inverse_cpu(L: jax.Array, tiled: Callable[[jax.Array], jax.Array]) -> ja
     """
     if L.shape[-1] < HOST_MIN_N or not _handled(L):
         return tiled(L)
-    return lax.platform_dependent(L, cpu=_cho_inverse_host, default=tiled)
+    return platform_dependent(L, cpu=_cho_inverse_host, default=tiled)
 
 
 def chol_solve_cpu(K: jax.Array, r: jax.Array, *, symmetric: bool = False) -> tuple[jax.Array, ...]:
@@ -142,5 +142,5 @@ def factor_cpu_large(
         L, _, _, _, status = cpu_ffi.chol_solve(a, jnp.zeros(a.shape[:-1], a.dtype))
         return L, status
 
-    out: tuple[jax.Array, jax.Array] = lax.platform_dependent(a, cpu=host, default=default)
+    out: tuple[jax.Array, jax.Array] = platform_dependent(a, cpu=host, default=default)
     return out

@@ -29,6 +29,7 @@ from jax import lax
 from jax.typing import ArrayLike, DTypeLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
+from gpchol._base.platform import platform_dependent
 from gpchol._cpu import ffi as cpu_ffi
 from gpchol._linalg.tiled import potrf_tiled
 
@@ -75,7 +76,7 @@ def exact_status(
 
     def search() -> jax.Array:
         if cpu_ffi.cpu_unavailable_reason() is None:
-            s = lax.platform_dependent(mask, cpu=on_cpu, default=elsewhere)
+            s = platform_dependent(mask, cpu=on_cpu, default=elsewhere)
         else:
             s = elsewhere(mask)
         return jnp.where(mask, s, 0).astype(jnp.int32)
