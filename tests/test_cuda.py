@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import random_spd
+from helpers import backend_compiles, random_spd
 from scipy.linalg import solve_triangular
 
 from gpchol import build
@@ -892,22 +892,6 @@ def _xla_adjoint(a, Lbar):
     return np.asarray(_xla_cholesky_vjp(jnp.asarray(a), jnp.asarray(Lbar)))
 
 
-def _backend_compiles(run):
-    """Names of the XLA programs compiled while ``run()`` runs (JAX's monitoring events)."""
-    names = []
-
-    def listen(event, secs, **kw):
-        if event == "/jax/core/compile/backend_compile_duration":
-            names.append(str(kw.get("fun_name")))
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
-        run()
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
-    return names
-
-
 def test_helpers_of_gpu_tests_compile_once_per_configuration(monkeypatch, request, rng):
     """The GPU tests' helpers compile one XLA program per distinct configuration (helper,
     tile, method, shape, dtype) and reuse it. Checked on any device, with JAX stand-ins
@@ -951,9 +935,9 @@ def test_helpers_of_gpu_tests_compile_once_per_configuration(monkeypatch, reques
                 programs.update([("xla_cholesky", shape), ("xla_adjoint", shape)])
 
     # jit(stage): jnp.asarray's transfer, compiled once per shape and dtype by JAX itself.
-    first = [name for name in _backend_compiles(run_all) if name != "jit(stage)"]
+    first = [name for name in backend_compiles(run_all) if name != "jit(stage)"]
     assert 0 < len(first) <= len(programs), first  # fewer where already compiled before
-    again = _backend_compiles(lambda: [run_all() for _ in range(2)])
+    again = backend_compiles(lambda: [run_all() for _ in range(2)])
     assert again == [], f"{len(again)} programs compiled again: {again}"
     assert _jitted_potrf(16, "large") is _jitted_potrf(16, "large")
     assert _jitted_adjoint(None, "small") is _jitted_adjoint(None, "small")

@@ -200,6 +200,19 @@ def test_fixed_parameters_and_noise_are_data(rng) -> None:
     np.testing.assert_allclose(got[0].loss, ref.loss, rtol=1e-10)
 
 
+def _fit_tripled_amplitude(X, y):
+    """The unpadded reference fit of ``3 amp * ExpSquared(ls)``, five steps."""
+    return fit(
+        lambda p: GaussianProcess(3.0 * p["amp"] * kernels.ExpSquared(p["ls"]), X, noise=0.1),
+        {"amp": 1.0, "ls": 1.0},
+        y,
+        transforms={"amp": Positive(), "ls": Positive()},
+        progress=False,
+        steps=5,
+        bucket=False,
+    )
+
+
 def test_custom_rule_reading_an_array_is_not_cached_stale(rng) -> None:
     """A custom derivative rule that reads an array of its own (invisible in the jaxpr):
     the fit is not keyed by structure, and a changed array gives the new result."""
@@ -221,15 +234,7 @@ def test_custom_rule_reading_an_array_is_not_cached_stale(rng) -> None:
     first = fit(build, p0, y, transforms=t, progress=False, steps=5)
     w[0] = 3.0
     second = fit(build, p0, y, transforms=t, progress=False, steps=5)
-    ref = fit(
-        lambda p: GaussianProcess(3.0 * p["amp"] * kernels.ExpSquared(p["ls"]), X, noise=0.1),
-        p0,
-        y,
-        transforms=t,
-        progress=False,
-        steps=5,
-        bucket=False,
-    )
+    ref = _fit_tripled_amplitude(X, y)
     assert abs(first.history[0] - second.history[0]) > 1e-6
     np.testing.assert_allclose(second.history, ref.history, rtol=1e-10)
 
@@ -246,15 +251,7 @@ def test_inner_jit_closing_over_arrays_is_not_cached_stale(rng) -> None:
     fit(build, p0, y, transforms=t, progress=False, steps=5)
     box["w"] = jnp.asarray(3.0)
     second = fit(build, p0, y, transforms=t, progress=False, steps=5)
-    ref = fit(
-        lambda p: GaussianProcess(3.0 * p["amp"] * kernels.ExpSquared(p["ls"]), X, noise=0.1),
-        p0,
-        y,
-        transforms=t,
-        progress=False,
-        steps=5,
-        bucket=False,
-    )
+    ref = _fit_tripled_amplitude(X, y)
     np.testing.assert_allclose(second.history, ref.history, rtol=1e-10)
 
 

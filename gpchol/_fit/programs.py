@@ -234,8 +234,34 @@ def _aval_key(x: Any) -> tuple[Any, ...]:
     return (tuple(np.shape(x)), str(getattr(x, "dtype", None) or np.asarray(x).dtype))
 
 
-def _environment_key() -> Hashable:
-    return (bool(jax.config.read("jax_enable_x64")), jax.default_backend())
+def _key(
+    kind: str,
+    jaxpr: Any,
+    functions: tuple[str, ...],
+    u0: Any,
+    data: Any,
+    opt_key: Hashable,
+    *structure: Hashable,
+) -> Hashable:
+    """A program's key: the printed jaxpr of the parameters' part and the functions it
+    holds, the parameters' tree, the shapes and dtypes of the data (never their values),
+    the optimiser, the model's structure, JAX's float64 mode and default backend."""
+    return (
+        kind,
+        str(jaxpr),
+        functions,
+        jax.tree_util.tree_structure(u0),
+        jax.tree_util.tree_map(_aval_key, data),
+        opt_key,
+        structure,
+        bool(jax.config.read("jax_enable_x64")),
+        jax.default_backend(),
+    )
+
+
+def _run(jaxpr: Any, consts: Any, u: Any) -> list[Any]:
+    """The pruned jaxpr's outputs at ``u``, its constants given as arguments."""
+    return jex.jaxpr_as_fun(jex.ClosedJaxpr(jaxpr, []))(*consts, *jax.tree_util.tree_leaves(u))
 
 
 def _lookup(key: Hashable, make: Callable[[], Callable[..., Any]]) -> Callable[..., Any]:
@@ -296,23 +322,11 @@ def loss_program(
         return None
     jaxpr, used = _prune(closed.jaxpr, [True])
     consts = tuple(closed.consts[i] for i in used)
-    u_tree = jax.tree_util.tree_structure(u0)
-    key = (
-        "loss",
-        str(jaxpr),
-        functions,
-        u_tree,
-        tuple(_aval_key(c) for c in consts),
-        opt_key,
-        _environment_key(),
-    )
+    key = _key("loss", jaxpr, functions, u0, consts, opt_key)
 
     def make() -> Callable[..., Any]:
         def value(u: Any, data: Any) -> jax.Array:
-            out = jex.jaxpr_as_fun(jex.ClosedJaxpr(jaxpr, []))(
-                *data, *jax.tree_util.tree_leaves(u)
-            )[0]
-            return out.reshape(())
+            return _run(jaxpr, data, u)[0].reshape(())
 
         return _jitted_step(opt, value)
 
@@ -394,26 +408,12 @@ def gp_program(
     data: tuple[Any, ...] = (consts, tuple(fixed), y_pad)
     if can_pad:
         data += (np.arange(size) < n,)
-    u_tree = jax.tree_util.tree_structure(u0)
-    key = (
-        "gp",
-        str(jaxpr),
-        functions,
-        tree,
-        tuple(moving),
-        u_tree,
-        jax.tree_util.tree_map(_aval_key, data),
-        can_pad,
-        opt_key,
-        _environment_key(),
-    )
+    key = _key("gp", jaxpr, functions, u0, data, opt_key, tree, tuple(moving), can_pad)
 
     def make() -> Callable[..., Any]:
         def value(u: Any, data: Any) -> jax.Array:
             consts, fixed, y = data[:3]
-            moved = iter(
-                jex.jaxpr_as_fun(jex.ClosedJaxpr(jaxpr, []))(*consts, *jax.tree_util.tree_leaves(u))
-            )
+            moved = iter(_run(jaxpr, consts, u))
             still = iter(fixed)
             leaves = [next(moved) if m else next(still) for m in moving]
             gp = jax.tree_util.tree_unflatten(tree, leaves)
