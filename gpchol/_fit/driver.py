@@ -312,7 +312,7 @@ def fit(
     plan = FitPlan(
         optimizer=opt_name,
         init_opt_state=opt.init,
-        step_fn=make_step(opt, loss_u) if program is None else program.step,
+        step_fn=make_step(opt, loss_u) if program is None else program,
         transforms=transforms,
         u0=u0,
         restart_scale=restart_scale,

@@ -38,7 +38,6 @@ Example:
 from __future__ import annotations
 
 import collections
-import dataclasses
 import os
 import sys
 from collections.abc import Callable, Hashable
@@ -58,9 +57,7 @@ from gpchol._gp.model import GaussianProcess
 
 __all__ = [
     "BUCKET_MAX_N",
-    "Program",
     "bucket_size",
-    "cache_info",
     "check_bucket",
     "clear_cache",
     "gp_program",
@@ -71,7 +68,6 @@ __all__ = [
 _CACHE_SIZE = 64
 
 _CACHE: collections.OrderedDict[Hashable, Callable[..., Any]] = collections.OrderedDict()
-_STATS = {"hits": 0, "misses": 0}
 
 
 def check_bucket(bucket: Any) -> bool | int:
@@ -86,30 +82,9 @@ def check_bucket(bucket: Any) -> bool | int:
     )
 
 
-def cache_info() -> dict[str, int]:
-    """Hits, misses and the number of compiled steps held (for tests and benchmarks)."""
-    return {**_STATS, "size": len(_CACHE)}
-
-
 def clear_cache() -> None:
     """Drops every compiled step (the next fit of each structure compiles again)."""
     _CACHE.clear()
-    _STATS.update(hits=0, misses=0)
-
-
-@dataclasses.dataclass(frozen=True)
-class Program:
-    """A fit's compiled step bound to its data.
-
-    Attributes:
-        step: ``(u, opt_state) -> (u', opt_state', loss at u, gradient finite)``.
-        padded: the training points after padding (``n`` when not padded).
-        n: the training points before padding (``None`` for a plain loss).
-    """
-
-    step: StepFn
-    padded: int | None
-    n: int | None
 
 
 # --------------------------------------------------------------------- jaxpr inspection
@@ -268,9 +243,7 @@ def _lookup(key: Hashable, make: Callable[[], Callable[..., Any]]) -> Callable[.
     fn = _CACHE.get(key)
     if fn is not None:
         _CACHE.move_to_end(key)
-        _STATS["hits"] += 1
         return fn
-    _STATS["misses"] += 1
     fn = make()
     _CACHE[key] = fn
     while len(_CACHE) > _CACHE_SIZE:
@@ -300,7 +273,7 @@ def _bind(fn: Callable[..., Any], data: Any) -> StepFn:
 
 def loss_program(
     loss: Callable[[Any], Any], transforms: Any, u0: Any, opt_key: Hashable, opt: Optimizer
-) -> Program | None:
+) -> StepFn | None:
     """The step of a plain loss ``params -> scalar``, compiled once per structure.
 
     Args:
@@ -312,7 +285,8 @@ def loss_program(
         opt: the optimiser.
 
     Returns:
-        A :class:`Program`, or ``None`` when the loss cannot be keyed by its jaxpr.
+        The bound step (:data:`~gpchol._fit.objective.StepFn`), or ``None`` when the
+        loss cannot be keyed by its jaxpr.
     """
     traced = _trace(lambda u: loss(to_constrained(u, transforms)), u0)
     if traced is None:
@@ -330,7 +304,7 @@ def loss_program(
 
         return _jitted_step(opt, value)
 
-    return Program(step=_bind(_lookup(key, make), consts), padded=None, n=None)
+    return _bind(_lookup(key, make), consts)
 
 
 def gp_program(
@@ -341,7 +315,7 @@ def gp_program(
     opt_key: Hashable,
     opt: Optimizer,
     bucket: bool | int,
-) -> Program | None:
+) -> StepFn | None:
     """The step of ``-build(params).log_marginal_likelihood(y)``, compiled once per structure.
 
     ``build`` is traced (not run): the parts of the model that do not depend on the
@@ -360,8 +334,9 @@ def gp_program(
         bucket: see :func:`bucket_size`.
 
     Returns:
-        A :class:`Program`, or ``None`` when the model is not a one-device
-        :class:`gpchol.GaussianProcess` or cannot be keyed by its jaxpr.
+        The bound step (:data:`~gpchol._fit.objective.StepFn`), or ``None`` when the
+        model is not a one-device :class:`gpchol.GaussianProcess` or cannot be keyed by
+        its jaxpr.
     """
     y = np.asarray(y)
     traced = _trace(lambda u: build(to_constrained(u, transforms)), u0)
@@ -423,4 +398,4 @@ def gp_program(
 
         return _jitted_step(opt, value)
 
-    return Program(step=_bind(_lookup(key, make), data), padded=size, n=n)
+    return _bind(_lookup(key, make), data)
