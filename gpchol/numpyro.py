@@ -107,6 +107,25 @@ def _as_float(x: ArrayLike, name: str) -> jax.Array:
     return x
 
 
+def _mvn_params(loc: Any, matrix: Any, kind: str) -> tuple[jax.Array, jax.Array]:
+    """Check and promote ``loc`` and the ``(..., n, n)`` matrix to a common rank."""
+    matrix = _as_float(matrix, kind)
+    if matrix.ndim < 2 or matrix.shape[-1] != matrix.shape[-2]:
+        raise ValueError(f"{kind} must have shape (..., n, n); got shape {tuple(matrix.shape)}.")
+    loc = _as_float(loc, "loc")
+    if loc.ndim == 0:
+        loc = loc[None]
+    n = matrix.shape[-1]
+    if loc.shape[-1] not in (1, n):
+        raise ValueError(
+            f"loc has shape {tuple(loc.shape)} but {kind} is {n}x{n}: loc needs shape "
+            f"(..., {n}) (or (..., 1), or a scalar)."
+        )
+    ndim = max(loc.ndim + 1, matrix.ndim)
+    loc = _promote_rank(loc[..., None], ndim)[..., 0]
+    return loc, _promote_rank(matrix, ndim)
+
+
 def _promote_rank(x: jax.Array, ndim: int) -> jax.Array:
     """Prepend singleton dimensions to ``x`` up to ``ndim`` (NumPyro's ``promote_shapes``)."""
     return jnp.reshape(x, (1,) * (ndim - x.ndim) + x.shape) if x.ndim < ndim else x
@@ -194,12 +213,15 @@ class MultivariateNormal(Distribution):
         loc: ``(..., n)`` mean, or a scalar (broadcast). Default 0.
         covariance_matrix: ``(..., n, n)`` symmetric positive-definite covariance
             (symmetrized, ``(S + S^T)/2``, before factoring, as ``jnp.linalg.cholesky``).
-        scale_tril: ``(..., n, n)`` lower-triangular factor with positive diagonal.
-            Keyword-only.
         precision_matrix: ``(..., n, n)`` symmetric positive-definite precision.
-            Keyword-only.
+        scale_tril: ``(..., n, n)`` lower-triangular factor with positive diagonal.
         validate_args: check the parameters' constraints (and ``log_prob``'s support),
             as NumPyro: ``ValueError`` for an invalid parameter, e.g. a non-PD covariance.
+            Concrete parameters are checked also when the distribution is built inside
+            ``jit`` (arrays closed over); traced ones (NUTS, SVI) are not. Keyword-only.
+
+    The arguments are NumPyro's, in NumPyro's order, so that
+    ``MultivariateNormal(loc, cov, prec, tril)`` means the same in both.
 
     Shapes: ``batch_shape = broadcast(loc.shape[:-1], matrix.shape[:-2])``,
     ``event_shape = (n,)``; ``log_prob(x)`` takes ``sample_shape + batch_shape + (n,)``
@@ -251,9 +273,9 @@ class MultivariateNormal(Distribution):
         self,
         loc: Any = 0.0,
         covariance_matrix: Any = None,
-        *,
-        scale_tril: Any = None,
         precision_matrix: Any = None,
+        scale_tril: Any = None,
+        *,
         validate_args: bool | None = None,
     ) -> None:
         given = {
@@ -268,23 +290,12 @@ class MultivariateNormal(Distribution):
                 f"precision_matrix and scale_tril; got {named or 'none'}."
             )
         kind = named[0]
-        matrix = _as_float(given[kind], kind)
-        if matrix.ndim < 2 or matrix.shape[-1] != matrix.shape[-2]:
-            raise ValueError(
-                f"{kind} must have shape (..., n, n); got shape {tuple(matrix.shape)}."
-            )
-        loc = _as_float(loc, "loc")
-        if loc.ndim == 0:
-            loc = loc[None]
+        # Concrete arguments stay concrete even when this runs inside the caller's `jit`
+        # (an array closed over, not passed in), so that `validate_args` can check them
+        # there, as NumPyro does; traced arguments are traced as usual.
+        with jax.ensure_compile_time_eval():
+            loc, matrix = _mvn_params(loc, given[kind], kind)
         n = matrix.shape[-1]
-        if loc.shape[-1] not in (1, n):
-            raise ValueError(
-                f"loc has shape {tuple(loc.shape)} but {kind} is {n}x{n}: loc needs shape "
-                f"(..., {n}) (or (..., 1), or a scalar)."
-            )
-        ndim = max(loc.ndim + 1, matrix.ndim)
-        loc = _promote_rank(loc[..., None], ndim)[..., 0]
-        matrix = _promote_rank(matrix, ndim)
         self._kind = kind
         self.loc = loc
         setattr(self, kind, matrix)
