@@ -1,11 +1,23 @@
 r"""A scikit-learn estimator on gpchol's exact GP: :class:`GaussianProcessRegressor`.
 
-A drop-in for :class:`sklearn.gaussian_process.GaussianProcessRegressor` in pipelines,
-``GridSearchCV`` and ``cross_val_score``, with the same constructor arguments and methods,
-but a gpchol kernel (:mod:`gpchol.kernels`), gpchol's Cholesky factorization and its
-adjoint for the likelihood's gradient, and :func:`gpchol.fit` (L-BFGS) for the
-hyperparameters. It needs scikit-learn (``pip install gpchol[sklearn]``); importing
-``gpchol`` does not import this module or scikit-learn.
+A drop-in for :class:`sklearn.gaussian_process.GaussianProcessRegressor`: the same
+constructor arguments, methods and attributes, scikit-learn's kernel objects (``RBF``,
+``Matern``, ``RationalQuadratic``, ``ExpSineSquared``, ``DotProduct``, ``WhiteKernel``,
+``ConstantKernel``, their sums, products and powers, with their ``*_bounds``) or gpchol
+kernels (:mod:`gpchol.kernels`), on gpchol's Cholesky factorization and its adjoint. It
+needs scikit-learn (``pip install gpchol[sklearn]``); importing ``gpchol`` does not import
+this module or scikit-learn.
+
+Switching from scikit-learn is a change of import::
+
+    from gpchol.sklearn import GaussianProcessRegressor  # was: from sklearn.gaussian_process
+
+A scikit-learn kernel is translated to the gpchol kernel with the same covariance
+(:mod:`gpchol._sklearn_kernels`); ``kernel_`` is then the fitted scikit-learn kernel
+(``kernel_.theta``, ``get_params()``, its ``repr``), and
+:meth:`~GaussianProcessRegressor.log_marginal_likelihood` takes scikit-learn's log-space
+``theta``. ``y`` may have several columns (one kernel, its hyperparameters shared by
+every target, as scikit-learn does).
 
 Fitting compiles one program per kernel structure and size bucket (:func:`gpchol.fit`): a
 second ``fit`` of the same kernel structure in the process, a cross-validation fold or a
@@ -17,70 +29,71 @@ return; nothing global is changed), as scikit-learn's does, whatever the inputs'
 
 Differences from scikit-learn's estimator:
 
-* ``kernel`` is a gpchol kernel (default ``1.0 * ExpSquared(lengthscale=1.0)``, as
-  scikit-learn's ``ConstantKernel() * RBF()``), and the hyperparameters
-  are optimised without bounds: the positive ones (:meth:`Kernel.default_transforms
-  <gpchol.kernels.Kernel.default_transforms>` gives them ``Positive()``) on the log scale,
-  as scikit-learn does, the others as they are (a ``Bounded`` one through its sigmoid).
-  Hyperparameters are fixed by name with ``fixed`` (the paths
-  :meth:`GaussianProcessRegressor.hyperparameter_names` lists) instead of a kernel's
-  ``*_bounds="fixed"``.
-* ``optimizer`` is ``"lbfgs"`` (the default: :func:`gpchol.fit`'s optax L-BFGS, one
-  compiled step), ``"fmin_l_bfgs_b"`` (SciPy's L-BFGS-B, scikit-learn's optimiser, on
-  gpchol's compiled value and gradient), ``"adam"`` (:func:`gpchol.fit`), or ``None``
-  (keep the kernel as given).
-* :meth:`GaussianProcessRegressor.log_marginal_likelihood` takes a gpchol kernel (not a
-  ``theta`` vector); its gradient is a kernel of gradients.
-* One target (``y`` of shape ``(n,)``); ``y`` of shape ``(n, 1)`` is accepted with
-  scikit-learn's ``DataConversionWarning``. Before :meth:`~GaussianProcessRegressor.fit`
-  the methods raise ``NotFittedError`` (no prediction from the prior).
-* :class:`gpchol.kernels.White` adds its variance where a test point equals a training
-  point exactly, where scikit-learn's ``WhiteKernel`` adds nothing off the training set.
+* ``optimizer`` defaults to ``"lbfgs"``: :func:`gpchol.fit`'s optax L-BFGS, one compiled
+  step, the ``*_bounds`` of a scikit-learn kernel as bounded transforms of ``theta`` (a
+  logistic sigmoid between two finite bounds), which reach a bound only in the limit.
+  ``"fmin_l_bfgs_b"`` is scikit-learn's optimiser (SciPy's L-BFGS-B with the bounds as a
+  box, on gpchol's compiled value and gradient); a callable with scikit-learn's
+  ``optimizer(obj_func, initial_theta, bounds)`` contract works as there; ``"adam"``
+  (:func:`gpchol.fit`); ``None`` keeps the kernel as given.
+* A gpchol kernel's hyperparameters are optimised without bounds: the positive ones on
+  the log scale, as scikit-learn does, the others as they are (a ``Bounded`` one through
+  its sigmoid); they are fixed by name with ``fixed`` (the paths
+  :meth:`GaussianProcessRegressor.hyperparameter_names` lists). For a callable
+  optimizer, ``theta`` is then those values in unconstrained space.
+* ``WhiteKernel`` becomes :class:`gpchol.kernels.White`: it adds its variance also where a
+  test point equals a training point exactly (scikit-learn's adds nothing off the
+  training set), and does not separate duplicated training rows (``alpha`` does).
+* Kernels are translated by exact type: a subclass of a scikit-learn kernel (which may
+  change its covariance), ``PairwiseKernel``, ``CompoundKernel``, a ``Matern`` with
+  another ``nu`` or a kernel on non-numeric inputs raise ``TypeError``/``ValueError``
+  naming it. Error messages are gpchol's own wording.
 
 Example:
     >>> import numpy as np
-    >>> from gpchol import kernels
+    >>> from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
     >>> from gpchol.sklearn import GaussianProcessRegressor
     >>> X = np.linspace(0.0, 5.0, 20)[:, None]
     >>> y = np.sin(X[:, 0])
-    >>> est = GaussianProcessRegressor(1.0 * kernels.ExpSquared(1.0), alpha=1e-4).fit(X, y)
+    >>> kernel = ConstantKernel(1.0) * RBF(1.0) + WhiteKernel(1e-3, (1e-6, 1.0))
+    >>> est = GaussianProcessRegressor(kernel, alpha=1e-6).fit(X, y)
     >>> mean, std = est.predict(X[:3], return_std=True)
     >>> print(np.abs(mean - y[:3]).max() < 1e-2, std.shape, est.score(X, y) > 0.99)
     True (3,) True
+    >>> print(type(est.kernel_).__name__, est.kernel_.theta.shape)
+    Sum (3,)
 """
 
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.gaussian_process import kernels as sk_kernels
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import validate_data
 
-from gpchol import (
-    GaussianProcess,
-    Positive,
-    Transform,
-    fit,
-    kernels,
-    to_constrained,
-    to_unconstrained,
-)
+from gpchol import GaussianProcess, Posterior, kernels
 from gpchol._base.buckets import bucket_size
-from gpchol.cli.spec import LogPositive
+from gpchol._sklearn_kernels import is_sklearn_kernel, translate
+from gpchol._sklearn_models import (
+    GpcholSpace,
+    SklearnSpace,
+    Space,
+    log_marginal_likelihood,
+    optimize,
+)
 
 __all__ = ["GaussianProcessRegressor"]
 
-_OPTIMIZERS = {"lbfgs": "lbfgs", "fmin_l_bfgs_b": "fmin_l_bfgs_b", "adam": "adam"}
-
-
-def _is_transform(x: Any) -> bool:
-    return x is None or isinstance(x, Transform)
+_OPTIMIZERS = ("lbfgs", "fmin_l_bfgs_b", "adam")
 
 
 def _as_float64_leaves(kernel: Any) -> Any:
@@ -88,114 +101,18 @@ def _as_float64_leaves(kernel: Any) -> Any:
     return jax.tree_util.tree_map(lambda v: np.asarray(v, np.float64), kernel)
 
 
-def _y_scale(y: np.ndarray) -> tuple[float, float]:
-    """``(mean, std)`` for ``normalize_y``; a (numerically) constant ``y`` gets std 1."""
-    mean = float(np.mean(y))
-    std = float(np.std(y))
-    if std < 10 * np.finfo(np.float64).eps * max(1.0, abs(mean)):
-        std = 1.0
-    return mean, std
+def _y_scale(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, std)`` per column of ``Y`` (``(n, t)``) for ``normalize_y``; a (numerically)
+    constant column gets std 1."""
+    mean = np.mean(Y, axis=0)
+    std = np.std(Y, axis=0)
+    tiny = 10 * np.finfo(np.float64).eps * np.maximum(1.0, np.abs(mean))
+    return mean, np.where(std < tiny, 1.0, std)
 
 
-def _log_scale(t: Any) -> Any:
-    """A positive parameter (``Positive()``) is optimised on the log scale, as scikit-learn
-    does: amplitudes in the thousands next to lengthscales of 0.1 are far better
-    conditioned for L-BFGS in ``log`` than through softplus (linear for large values)."""
-    return LogPositive() if t == Positive() else t
-
-
-class _Hyperparameters:
-    """The kernel's leaves by path (``jax.tree_util.keystr``), free or fixed, with transforms."""
-
-    def __init__(self, kernel: Any, fixed: Sequence[str]) -> None:
-        flat, self.treedef = jax.tree_util.tree_flatten_with_path(kernel)
-        self.paths = [jax.tree_util.keystr(p) for p, _ in flat]
-        self.leaves = [leaf for _, leaf in flat]
-        wanted = {f if f.startswith((".", "[")) else "." + f for f in fixed}
-        unknown = sorted(wanted - set(self.paths))
-        if unknown:
-            raise ValueError(
-                f"fixed names {unknown}, which the kernel does not have; its hyperparameters "
-                f"are {self.paths}"
-            )
-        self.free = [i for i, p in enumerate(self.paths) if p not in wanted]
-        tflat, _ = jax.tree_util.tree_flatten_with_path(
-            kernel.default_transforms(), is_leaf=_is_transform
-        )
-        by_path = [(jax.tree_util.keystr(p), t) for p, t in tflat]
-
-        def transform(path: str) -> Any:
-            # the transform at the longest path that is a prefix of the leaf's path
-            best = None
-            for tp, t in by_path:
-                if path.startswith(tp) and (best is None or len(tp) > len(best[0])):
-                    best = (tp, t)
-            return None if best is None else best[1]
-
-        self.transforms = {self.paths[i]: _log_scale(transform(self.paths[i])) for i in self.free}
-
-    def initial(self) -> dict[str, jax.Array]:
-        return {self.paths[i]: jnp.asarray(self.leaves[i], jnp.float64) for i in self.free}
-
-    def kernel(self, params: dict[str, Any]) -> Any:
-        leaves = list(self.leaves)
-        for i in self.free:
-            leaves[i] = params[self.paths[i]]
-        return jax.tree_util.tree_unflatten(self.treedef, leaves)
-
-
-def _scipy_lbfgsb(
-    hp: _Hyperparameters, lml: Any, *, restarts: int, rng: np.random.RandomState, max_steps: int
-) -> Any:
-    """SciPy's L-BFGS-B (scikit-learn's optimiser) on gpchol's jitted value and gradient.
-
-    Minimises ``-lml(kernel)`` over the free hyperparameters in unconstrained space (the
-    positive ones on the log scale, as scikit-learn), from the given values and
-    ``restarts`` random perturbations of them (``+ N(0, 1)`` in unconstrained space).
-    Only the value-and-gradient is compiled (once); SciPy drives the iterations.
-
-    Returns:
-        SciPy's ``OptimizeResult`` of the best start, with ``params`` (the unconstrained
-        hyperparameters, a dict) and ``restart_losses`` added.
-    """
-    from jax.flatten_util import ravel_pytree
-    from scipy.optimize import minimize
-
-    u_start = to_unconstrained(hp.initial(), hp.transforms)
-    u0, unravel = ravel_pytree(u_start)
-
-    @jax.jit
-    def value_and_grad(u: jax.Array) -> tuple[jax.Array, jax.Array]:
-        def loss(v: jax.Array) -> jax.Array:
-            return -lml(hp.kernel(to_constrained(unravel(v), hp.transforms)))
-
-        return jax.value_and_grad(loss)(u)
-
-    def f(x: np.ndarray) -> tuple[float, np.ndarray]:
-        v, g = value_and_grad(jnp.asarray(x))
-        v, g = float(v), np.asarray(g, np.float64)
-        if not (np.isfinite(v) and np.all(np.isfinite(g))):
-            return np.inf, np.zeros_like(g)  # the line search steps back
-        return v, g
-
-    x0 = np.asarray(u0, np.float64)
-    best, losses = None, []
-    for r in range(restarts + 1):
-        start = x0 if r == 0 else x0 + rng.standard_normal(x0.shape)
-        res = minimize(f, start, jac=True, method="L-BFGS-B", options={"maxiter": max_steps})
-        losses.append(float(res.fun))
-        if best is None or (np.isfinite(res.fun) and not res.fun >= best.fun):
-            best = res
-    assert best is not None
-    # unravelled by NumPy: ravel_pytree's own unravel would compile a jnp.split eagerly
-    leaves, treedef = jax.tree_util.tree_flatten(u_start)
-    parts = np.split(np.asarray(best.x), np.cumsum([np.size(x) for x in leaves])[:-1])
-    best.params = jax.tree_util.tree_unflatten(
-        treedef,
-        [jnp.asarray(p.reshape(np.shape(x)), x.dtype) for p, x in zip(parts, leaves, strict=True)],
-    )
-    best.restart_losses = losses
-    return best
+def _default_kernel() -> Any:
+    """scikit-learn's default: ``ConstantKernel(1.0) * RBF(1.0)``."""
+    return sk_kernels.ConstantKernel(1.0) * sk_kernels.RBF(1.0)
 
 
 def _padded_posterior(kernel: Any, X: np.ndarray, y: np.ndarray, noise: np.ndarray) -> Any:
@@ -214,40 +131,81 @@ def _padded_posterior(kernel: Any, X: np.ndarray, y: np.ndarray, noise: np.ndarr
     return gp.condition(jnp.asarray(yp))
 
 
+def _with_alpha(post: Any, alpha: Any) -> Any:
+    """The posterior ``post`` for other targets: the same factor, ``alpha`` replaced."""
+    return Posterior(
+        post.gp,
+        post.L,
+        jnp.asarray(alpha),
+        post.log_marginal_likelihood,
+        post.status,
+        post.jitter_used,
+        post.block_size,
+    )
+
+
+def _at_bounds(space: SklearnSpace, theta: np.ndarray) -> None:
+    """A ``ConvergenceWarning`` for each fitted value that ended on one of its bounds."""
+    lo, hi = space.bounds[:, 0], space.bounds[:, 1]
+    names = space.translation.names
+    for i, name in enumerate(names):
+        element = sum(1 for n in names[:i] if n == name)
+        for end, side in ((lo[i], "lower"), (hi[i], "upper")):
+            if np.isfinite(end) and abs(theta[i] - end) <= 1e-5 * max(1.0, abs(end)):
+                warnings.warn(
+                    f"kernel_: {name} (element {element}) ended at its {side} bound "
+                    f"{np.exp(end):.6g}; a wider {name}_bounds may give a higher likelihood",
+                    ConvergenceWarning,
+                    stacklevel=3,
+                )
+
+
 class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     r"""Exact Gaussian-process regression with scikit-learn's estimator interface.
 
     Args:
-        kernel: a gpchol kernel (:mod:`gpchol.kernels`); ``None``:
-            ``1.0 * ExpSquared(lengthscale=1.0)`` (scikit-learn's default kernel).
+        kernel: a scikit-learn kernel object, or a gpchol kernel (:mod:`gpchol.kernels`);
+            ``None``: ``ConstantKernel(1.0) * RBF(1.0)`` (scikit-learn's default).
         alpha: added to the diagonal of the training covariance: the observation-noise
             variance, a number or one per training point, shape ``(n,)``. Default 1e-10.
         optimizer: ``"lbfgs"`` (:func:`gpchol.fit`'s L-BFGS), ``"fmin_l_bfgs_b"`` (SciPy's
-            L-BFGS-B on gpchol's value and gradient), ``"adam"`` (:func:`gpchol.fit`), or
-            ``None`` to keep the kernel's hyperparameters as given.
-        n_restarts_optimizer: extra starts from random perturbations of the initial
-            (unconstrained) hyperparameters; the best likelihood wins.
-        normalize_y: subtract the mean of ``y`` and divide by its std before fitting (the
-            predictions are mapped back).
+            L-BFGS-B on gpchol's value and gradient), ``"adam"`` (:func:`gpchol.fit`), a
+            callable ``optimizer(obj_func, initial_theta, bounds) -> (theta, value)``
+            (scikit-learn's contract: ``obj_func(theta, eval_gradient=True)`` returns the
+            negative log marginal likelihood and its gradient), or ``None`` to keep the
+            kernel's hyperparameters as given.
+        n_restarts_optimizer: extra starts; the best likelihood wins. For a scikit-learn
+            kernel drawn uniformly between the (then necessarily finite) log-bounds, for a
+            gpchol kernel as random perturbations (``+ N(0, 1)`` in unconstrained space).
+        normalize_y: subtract the mean of each target and divide by its std before
+            fitting (the predictions are mapped back).
         copy_X_train: keep a copy of ``X`` (else a reference) in ``X_train_``.
+        n_targets: the number of target columns, for predictions and samples before
+            ``fit`` (from the prior); ``None``: one. ``fit`` checks ``y`` against it.
         random_state: seed (int), ``numpy.random.RandomState`` or ``None``: the restarts'
-            perturbations.
-        fixed: hyperparameters kept at their given values while the others are optimised,
-            by name (:meth:`hyperparameter_names`, e.g. ``"kernel2.kernel2.period"``).
+            starts.
+        fixed: for a gpchol kernel, hyperparameters kept at their given values while the
+            others are optimised, by name (:meth:`hyperparameter_names`, e.g.
+            ``"kernel2.kernel2.period"``); a scikit-learn kernel's are fixed with its
+            ``*_bounds="fixed"``.
         max_steps: most optimiser steps per start.
 
     Attributes:
         X_train_: ``(n, d)`` training inputs (float64).
-        y_train_: ``(n,)`` training targets, normalized when ``normalize_y``.
-        kernel_: the fitted kernel (NumPy float64 leaves).
+        y_train_: ``(n,)`` or ``(n, t)`` training targets, normalized when ``normalize_y``.
+        kernel_: the fitted kernel: a scikit-learn kernel object for a scikit-learn
+            kernel, else a gpchol kernel (NumPy float64 leaves).
         L_: ``(n, n)`` lower Cholesky factor of ``k(X, X) + alpha I``.
-        alpha_: ``(n,)``, ``K^-1 (y - m)``.
-        log_marginal_likelihood_value_: the log marginal likelihood of ``kernel_``.
-        posterior_: the gpchol :class:`~gpchol.Posterior` behind the predictions (NumPy
-            float64 leaves; compute with it under ``jax.enable_x64(True)``).
-        fit_result_: :func:`gpchol.fit`'s :class:`~gpchol.FitResult`, or with
-            ``"fmin_l_bfgs_b"`` SciPy's ``OptimizeResult`` (``None`` when no
-            hyperparameter was optimised).
+        alpha_: ``(n,)`` or ``(n, t)``, ``K^-1 y``.
+        log_marginal_likelihood_value_: the log marginal likelihood of ``kernel_`` (summed
+            over the targets).
+        posterior_: the gpchol :class:`~gpchol.Posterior` of the first target (NumPy
+            float64 leaves; compute with it under ``jax.enable_x64(True)``); its
+            ``gp.kernel`` is the gpchol kernel behind ``kernel_``.
+        fit_result_: with ``"lbfgs"``/``"adam"``, :func:`gpchol.fit`'s
+            :class:`~gpchol.FitResult` of the best start; with ``"fmin_l_bfgs_b"``
+            SciPy's ``OptimizeResult``; ``None`` when nothing was optimised or the
+            optimizer is a callable.
         n_features_in_: ``d``.
 
     Example:
@@ -265,10 +223,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         kernel: Any = None,
         *,
         alpha: Any = 1e-10,
-        optimizer: str | None = "lbfgs",
+        optimizer: Any = "lbfgs",
         n_restarts_optimizer: int = 0,
         normalize_y: bool = False,
         copy_X_train: bool = True,
+        n_targets: int | None = None,
         random_state: Any = None,
         fixed: Sequence[str] = (),
         max_steps: int = 500,
@@ -279,6 +238,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         self.n_restarts_optimizer = n_restarts_optimizer
         self.normalize_y = normalize_y
         self.copy_X_train = copy_X_train
+        self.n_targets = n_targets
         self.random_state = random_state
         self.fixed = fixed
         self.max_steps = max_steps
@@ -286,25 +246,34 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     # ---------------------------------------------------------------------- checks
     def _kernel0(self) -> Any:
         if self.kernel is None:
-            return 1.0 * kernels.ExpSquared(lengthscale=1.0)
-        if not isinstance(self.kernel, kernels.Kernel):
+            return _default_kernel()
+        if not isinstance(self.kernel, kernels.Kernel) and not is_sklearn_kernel(self.kernel):
             raise TypeError(
-                "kernel must be a gpchol kernel (gpchol.kernels.*, e.g. "
-                f"`2.0 * kernels.ExpSquared(1.0) + kernels.White(0.1)`); got "
-                f"{type(self.kernel).__module__}.{type(self.kernel).__name__}. scikit-learn "
-                "kernels are not accepted: write the same kernel with gpchol.kernels."
+                "kernel must be a scikit-learn kernel (sklearn.gaussian_process.kernels) or "
+                "a gpchol kernel (gpchol.kernels); got "
+                f"{type(self.kernel).__module__}.{type(self.kernel).__name__}"
             )
         return self.kernel
 
-    def _optimizer(self) -> str | None:
-        if self.optimizer is None:
-            return None
+    def _space(self, kernel: Any, d: int) -> Space:
+        if is_sklearn_kernel(kernel):
+            if len(self.fixed):
+                raise ValueError(
+                    f"fixed={tuple(self.fixed)!r} names hyperparameters of a gpchol kernel; "
+                    'fix those of a scikit-learn kernel with its *_bounds="fixed"'
+                )
+            return SklearnSpace(translate(kernel, d))
+        return GpcholSpace(_as_float64_leaves(kernel), self.fixed)
+
+    def _optimizer(self) -> Any:
+        if self.optimizer is None or callable(self.optimizer):
+            return self.optimizer
         if not isinstance(self.optimizer, str) or self.optimizer not in _OPTIMIZERS:
             raise ValueError(
-                f"optimizer must be 'lbfgs', 'fmin_l_bfgs_b', 'adam' or None; got "
-                f"{self.optimizer!r}"
+                "optimizer must be 'lbfgs', 'fmin_l_bfgs_b', 'adam', a callable "
+                f"optimizer(obj_func, initial_theta, bounds) or None; got {self.optimizer!r}"
             )
-        return _OPTIMIZERS[self.optimizer]
+        return self.optimizer
 
     def _noise(self, n: int) -> np.ndarray:
         a = np.asarray(self.alpha, np.float64)
@@ -322,6 +291,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0; got {v!r}")
+        t = self.n_targets
+        if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 1):
+            raise ValueError(f"n_targets must be None or an integer >= 1; got {t!r}")
 
     # ------------------------------------------------------------------------- fit
     def fit(self, X: Any, y: Any) -> GaussianProcessRegressor:
@@ -329,7 +301,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
         Args:
             X: ``(n, d)`` training inputs (finite numbers).
-            y: ``(n,)`` training targets.
+            y: ``(n,)`` training targets, or ``(n, t)`` for ``t`` targets sharing the
+                kernel.
 
         Returns:
             ``self``.
@@ -337,88 +310,131 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         Raises:
             ValueError: ``X`` or ``y`` has NaN or inf, or a bad argument (the message
                 names it).
-            numpy.linalg.LinAlgError: the covariance of the fitted kernel is not positive
+            TypeError: a kernel that is neither a gpchol kernel nor a scikit-learn kernel
+                gpchol translates (the message names it).
+            numpy.linalg.LinAlgError: the covariance of the kernel is not positive
                 definite (raise ``alpha``).
         """
-        X, y = validate_data(self, X, y, y_numeric=True, dtype=np.float64, multi_output=False)
         kernel0 = self._kernel0()
-        optimizer = self._optimizer()
+        method = self._optimizer()
         self._counts()
-        noise = self._noise(X.shape[0])
-        mean, std = _y_scale(y) if self.normalize_y else (0.0, 1.0)
-        yn = (y - mean) / std
+        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64)
+        n = X.shape[0]
+        Y = y.reshape(n, -1)
+        if self.n_targets is not None and Y.shape[1] != self.n_targets:
+            raise ValueError(
+                f"y has {Y.shape[1]} target column(s) but n_targets={self.n_targets}; give "
+                "n_targets=None or the number of columns of y"
+            )
+        noise = self._noise(n)
+        if self.normalize_y:
+            mean, std = _y_scale(Y)
+        else:
+            mean, std = np.zeros(Y.shape[1]), np.ones(Y.shape[1])
+        Yn = (Y - mean) / std
         with jax.enable_x64(True):
-            Xj, yj, nj = jnp.asarray(X), jnp.asarray(yn), jnp.asarray(noise)
-            kernel0 = _as_float64_leaves(kernel0)
-            hp = _Hyperparameters(kernel0, self.fixed)
+            space = self._space(kernel0, X.shape[1])
+            kernel_g = space.start_kernel()
+            theta = space.x0
             result = None
-            if optimizer == "fmin_l_bfgs_b" and hp.free:
-                result = _scipy_lbfgsb(
-                    hp,
-                    lambda k: GaussianProcess(k, Xj, noise=nj).log_marginal_likelihood(yj),
+            optimized = method is not None and space.x0.size > 0
+            if optimized:
+                self._check_factor(kernel0, _padded_posterior(kernel_g, X, Yn[:, 0], noise))
+                best = optimize(
+                    space,
+                    X,
+                    Yn,
+                    noise,
+                    method=method,
                     restarts=int(self.n_restarts_optimizer),
                     rng=check_random_state(self.random_state),
                     max_steps=int(self.max_steps),
                 )
-                fitted = to_constrained(result.params, hp.transforms)
-                kernel_ = _as_float64_leaves(hp.kernel(fitted))
-            elif optimizer is not None and hp.free:
-                seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
-                result = fit(
-                    lambda p: GaussianProcess(hp.kernel(p), Xj, noise=nj),
-                    hp.initial(),
-                    yj,
-                    transforms=hp.transforms,
-                    optimizer=optimizer,
-                    steps=int(self.max_steps),
-                    restarts=int(self.n_restarts_optimizer),
-                    key=jax.random.PRNGKey(seed),
-                    progress=False,
-                )
-                kernel_ = _as_float64_leaves(hp.kernel(result.params))
+                kernel_g, theta, result = best.kernel, best.x, best.result
+                if isinstance(space, SklearnSpace):
+                    _at_bounds(space, theta)
+            kernel_g = _as_float64_leaves(kernel_g)
+            if isinstance(space, SklearnSpace):
+                kernel_ = kernel0.clone_with_theta(theta) if optimized else clone(kernel0)
             else:
-                kernel_ = kernel0
-            post = _padded_posterior(kernel_, X, yn, noise)
-            if int(post.status) != 0:
-                raise np.linalg.LinAlgError(
-                    f"the training covariance of the kernel {kernel_!r} plus alpha is not "
-                    f"positive definite (it failed at pivot {int(post.status)}); raise alpha "
-                    "(e.g. alpha=1e-6), or add a White kernel"
-                )
+                kernel_ = kernel_g
+            post = _padded_posterior(kernel_g, X, Yn[:, 0], noise)
+            self._check_factor(kernel_, post)
+        L = np.asarray(post.L)[:n, :n]
+        A = np.empty_like(Yn)
+        A[:, 0] = np.asarray(post.alpha)[:n]
+        if Yn.shape[1] > 1:
+            from scipy.linalg import cho_solve
+
+            A[:, 1:] = cho_solve((L, True), Yn[:, 1:])
+        lml0 = float(post.log_marginal_likelihood)
+        quad = np.einsum("it,it->t", Yn, A)
         self.X_train_ = np.copy(X) if self.copy_X_train else X
-        self.y_train_ = yn
+        self.y_train_ = Yn if y.ndim == 2 else Yn[:, 0]
         self.kernel_ = kernel_
         # NumPy leaves: the estimator pickles, and unpickles, in float64 whatever JAX's mode
         self.posterior_ = jax.tree_util.tree_map(np.asarray, post)
-        n = X.shape[0]
-        self.L_ = np.asarray(post.L)[:n, :n]
-        self.alpha_ = np.asarray(post.alpha)[:n]
-        self.log_marginal_likelihood_value_ = float(post.log_marginal_likelihood)
-        self.fit_result_ = result
-        self._y_train_mean, self._y_train_std = mean, std
+        self.L_ = L
+        self.alpha_ = A if y.ndim == 2 else A[:, 0]
+        self.log_marginal_likelihood_value_ = np.float64(np.sum(lml0 + 0.5 * (quad[0] - quad)))
+        self.fit_result_ = result if isinstance(method, str) else None
+        single = y.ndim == 1
+        self._y_train_mean = float(mean[0]) if single else mean
+        self._y_train_std = float(std[0]) if single else std
+        pad = np.asarray(post.alpha).shape[0] - n
+        self._alphas = np.concatenate([A, np.zeros((pad, A.shape[1]))])  # padded, per target
         return self
 
+    @staticmethod
+    def _check_factor(kernel: Any, post: Any) -> None:
+        if int(post.status) != 0:
+            raise np.linalg.LinAlgError(
+                f"the training covariance of the kernel {kernel!r} plus alpha is not "
+                f"positive definite (it failed at pivot {int(post.status)}); raise alpha "
+                "(e.g. alpha=1e-6), or add a White kernel"
+            )
+
     # --------------------------------------------------------------------- predict
-    def _posterior(self) -> Any:
-        """``posterior_`` with JAX leaves (call inside ``jax.enable_x64(True)``)."""
-        return jax.tree_util.tree_map(jnp.asarray, self.posterior_)
+    def _fitted(self) -> bool:
+        return hasattr(self, "X_train_")
 
     def _test_inputs(self, X: Any) -> np.ndarray:
-        check_is_fitted(self)
         return validate_data(self, X, reset=False, dtype=np.float64)
+
+    def _targets(self) -> tuple[list[Any], np.ndarray, np.ndarray, bool]:
+        """``(posteriors, mean, std, squeeze)``: a posterior per target (JAX leaves; call
+        inside ``jax.enable_x64``), the targets' scaling, and whether the outputs drop
+        their target axis (one target)."""
+        post = jax.tree_util.tree_map(jnp.asarray, self.posterior_)
+        posts = [post] + [_with_alpha(post, a) for a in self._alphas.T[1:]]
+        mean = np.atleast_1d(np.asarray(self._y_train_mean, np.float64))
+        std = np.atleast_1d(np.asarray(self._y_train_std, np.float64))
+        return posts, mean, std, len(posts) == 1
+
+    def _prior(self, d: int) -> tuple[list[Any], np.ndarray, np.ndarray, bool]:
+        """As :meth:`_targets`, for the prior (before ``fit``): ``n_targets`` targets."""
+        kernel = self._kernel0()
+        if is_sklearn_kernel(kernel):
+            kernel = translate(kernel, d).gpchol_kernel()
+        kernel = _as_float64_leaves(kernel)
+        post = GaussianProcess(kernel, jnp.zeros((0, d)), noise=0.0).condition(jnp.zeros(0))
+        t = 1 if self.n_targets is None else int(self.n_targets)
+        return [post] * t, np.zeros(t), np.ones(t), t == 1
 
     def predict(
         self, X: Any, return_std: bool = False, return_cov: bool = False
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-        """Posterior mean, and its std or covariance, at ``X``.
+        """Posterior mean, and its std or covariance, at ``X`` (the prior before ``fit``).
 
         Args:
             X: ``(m, d)`` test inputs.
-            return_std: also return the ``(m,)`` posterior std of the latent function.
-            return_cov: also return the ``(m, m)`` posterior covariance.
+            return_std: also return the posterior std of the latent function.
+            return_cov: also return the posterior covariance.
 
         Returns:
-            ``mean`` of shape ``(m,)``, or ``(mean, std)``, or ``(mean, cov)``.
+            ``mean`` of shape ``(m,)`` (one target) or ``(m, t)``, or ``(mean, std)`` with
+            ``std`` of the same shape, or ``(mean, cov)`` with ``cov`` ``(m, m)`` or
+            ``(m, m, t)``.
 
         Raises:
             RuntimeError: both ``return_std`` and ``return_cov``.
@@ -426,18 +442,23 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         Xs = self._test_inputs(X)
-        mu, sd = self._y_train_mean, self._y_train_std
         with jax.enable_x64(True):
-            xs, post = jnp.asarray(Xs), self._posterior()
-            mean = np.asarray(post.mean(xs)) * sd + mu
+            xs = jnp.asarray(Xs)
+            posts, mu, sd, squeeze = self._targets() if self._fitted() else self._prior(Xs.shape[1])
+            mean = np.stack([np.asarray(p.mean(xs)) for p in posts], axis=1) * sd + mu
+            extra = None
             if return_cov:
-                return mean, np.asarray(post.covariance(xs)) * sd**2
-            if return_std:
-                return mean, np.sqrt(np.asarray(post.variance(xs))) * sd
-        return mean
+                extra = np.asarray(posts[0].covariance(xs))[..., None] * sd**2
+            elif return_std:
+                extra = np.sqrt(np.asarray(posts[0].variance(xs)))[:, None] * sd
+        if squeeze:
+            mean = mean[:, 0]
+            extra = None if extra is None else extra[..., 0]
+        return mean if extra is None else (mean, extra)
 
     def sample_y(self, X: Any, n_samples: int = 1, random_state: Any = 0) -> np.ndarray:
-        """Joint samples of the latent function from the posterior at ``X``.
+        """Joint samples of the latent function from the posterior (the prior before
+        ``fit``) at ``X``.
 
         Args:
             X: ``(m, d)`` test inputs.
@@ -445,52 +466,104 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             random_state: seed (int), ``numpy.random.RandomState`` or ``None``.
 
         Returns:
-            ``(m, n_samples)`` samples.
+            ``(m, n_samples)`` samples (one target), or ``(m, t, n_samples)``.
         """
         Xs = self._test_inputs(X)
         seed = check_random_state(random_state).randint(np.iinfo(np.int32).max)
         with jax.enable_x64(True):
+            posts, mu, sd, squeeze = self._targets() if self._fitted() else self._prior(Xs.shape[1])
             key = jax.random.PRNGKey(seed)
-            s = np.asarray(self._posterior().sample(key, jnp.asarray(Xs), n_samples))
-        return (s * self._y_train_std + self._y_train_mean).T
+            xs = jnp.asarray(Xs)
+            draws = [
+                np.asarray(p.sample(key if j == 0 else jax.random.fold_in(key, j), xs, n_samples))
+                for j, p in enumerate(posts)
+            ]
+        out = np.stack(draws, axis=1).T * sd[:, None] + mu[:, None]  # (m, t, n_samples)
+        return out[:, 0, :] if squeeze else out
 
     def log_marginal_likelihood(
-        self, kernel: Any = None, eval_gradient: bool = False
+        self, theta: Any = None, eval_gradient: bool = False, clone_kernel: bool = True
     ) -> float | tuple[float, Any]:
-        """The log marginal likelihood of the training data under a kernel.
+        """The log marginal likelihood of the training data (summed over the targets).
 
         Args:
-            kernel: a gpchol kernel of the same structure as ``kernel_``; ``None``: the
-                fitted kernel's value, ``log_marginal_likelihood_value_``.
-            eval_gradient: also return the gradient, a kernel of the same structure whose
-                leaves are the partial derivatives (needs a kernel).
+            theta: ``None`` (the fitted kernel's value,
+                ``log_marginal_likelihood_value_``); scikit-learn's ``theta``, the
+                ``(k,)`` log-values of ``kernel_``'s hyperparameters that are not fixed
+                (for a scikit-learn kernel); or a gpchol kernel of the same structure as
+                ``kernel_`` (for a gpchol kernel).
+            eval_gradient: also return the gradient: ``(k,)`` with respect to ``theta``,
+                or a kernel of the same structure whose leaves are the partial
+                derivatives.
+            clone_kernel: ``False`` sets ``kernel_.theta`` to ``theta`` (scikit-learn's
+                behaviour); ``True`` leaves ``kernel_`` as it is.
 
         Returns:
             The value, or ``(value, gradient)``.
+
+        Raises:
+            ValueError: ``eval_gradient`` without ``theta``, or ``theta`` of the wrong
+                shape (the message gives the expected one).
+            TypeError: a ``theta`` vector with a gpchol kernel, or a gpchol kernel with a
+                scikit-learn one.
         """
-        check_is_fitted(self)
-        if kernel is None:
+        if not self._fitted():
+            raise NotFittedError(
+                "log_marginal_likelihood needs training data: call fit(X, y) first"
+            )
+        if theta is None:
             if eval_gradient:
-                raise ValueError("eval_gradient=True needs a kernel to differentiate at")
+                raise ValueError(
+                    "eval_gradient=True needs theta (or a gpchol kernel): the gradient is "
+                    "taken at given hyperparameters"
+                )
             return self.log_marginal_likelihood_value_
-        if not isinstance(kernel, kernels.Kernel):
-            raise TypeError(f"kernel must be a gpchol kernel; got {type(kernel).__name__}")
+        X = self.X_train_
+        Y = self.y_train_.reshape(X.shape[0], -1)
+        noise = self._noise(X.shape[0])
+        if isinstance(theta, kernels.Kernel):
+            if is_sklearn_kernel(self.kernel_):
+                raise TypeError(
+                    "theta: this estimator's kernel is a scikit-learn kernel; give its log "
+                    "hyperparameters (a vector like kernel_.theta), not a gpchol kernel"
+                )
+            with jax.enable_x64(True):
+                Xj, Yj, nj = jnp.asarray(X), jnp.asarray(Y), jnp.asarray(noise)
+
+                def lml(k: Any) -> jax.Array:
+                    return log_marginal_likelihood(k, Xj, Yj, nj)
+
+                k = _as_float64_leaves(theta)
+                if eval_gradient:
+                    value, grad = jax.value_and_grad(lml)(k)
+                    return np.float64(value), _as_float64_leaves(grad)
+                return np.float64(lml(k))
+        if not is_sklearn_kernel(self.kernel_):
+            raise TypeError(
+                "theta: this estimator's kernel is a gpchol kernel; give a gpchol kernel of "
+                f"the same structure as kernel_ (not a {type(theta).__name__})"
+            )
+        expected = self.kernel_.theta.shape
+        th = np.asarray(theta, np.float64)
+        if th.shape != expected:
+            raise ValueError(
+                f"theta must have shape {expected}, one log-value per hyperparameter of "
+                f"kernel_ that is not fixed ({self.kernel_.theta.size}: see "
+                f"kernel_.hyperparameters); got shape {th.shape}"
+            )
+        kernel = self.kernel_ if not clone_kernel else clone(self.kernel_)
+        kernel.theta = th
         with jax.enable_x64(True):
-            X = jnp.asarray(self.X_train_)
-            y = jnp.asarray(self.y_train_)
-            noise = jnp.asarray(self._noise(X.shape[0]))
-
-            def lml(k: Any) -> jax.Array:
-                return GaussianProcess(k, X, noise=noise).log_marginal_likelihood(y)
-
-            k = _as_float64_leaves(kernel)
+            space = SklearnSpace(translate(kernel, X.shape[1]))
+            objective = space.objective(jnp.asarray(X), jnp.asarray(Y), jnp.asarray(noise))
             if eval_gradient:
-                value, grad = jax.value_and_grad(lml)(k)
-                return float(value), _as_float64_leaves(grad)
-            return float(lml(k))
+                value, grad = objective(th, True)
+                return np.float64(-value), -grad
+            return np.float64(-objective(th, False))
 
     def hyperparameter_names(self) -> list[str]:
-        """The names of the kernel's hyperparameters (for ``fixed``), e.g. ``kernel1.amplitude``.
+        """The names of the kernel's hyperparameters: a gpchol kernel's leaf paths (for
+        ``fixed``), e.g. ``kernel1.amplitude``, or a scikit-learn kernel's names.
 
         Example:
             >>> from gpchol import kernels
@@ -499,15 +572,21 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             >>> est.hyperparameter_names()  # doctest: +NORMALIZE_WHITESPACE
             ['kernel1.amplitude', 'kernel1.kernel.lengthscale', 'kernel1.kernel.period',
              'kernel2.variance']
+            >>> GaussianProcessRegressor().hyperparameter_names()  # scikit-learn's default
+            ['k1__constant_value', 'k2__length_scale']
         """
-        return [p.lstrip(".") for p in _Hyperparameters(self._kernel0(), ()).paths]
+        kernel = self._kernel0()
+        if is_sklearn_kernel(kernel):
+            return [hp.name for hp in kernel.hyperparameters]
+        return [p.lstrip(".") for p in GpcholSpace(_as_float64_leaves(kernel), ()).paths]
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.target_tags.single_output = True
-        tags.target_tags.multi_output = False
+        tags.target_tags.multi_output = True
         tags.input_tags.allow_nan = False
+        tags.requires_fit = False  # predictions from the prior before fit, as scikit-learn
         return tags
 
     def _more_tags(self) -> dict[str, Any]:  # scikit-learn < 1.6
-        return {"multioutput": False, "allow_nan": False}
+        return {"multioutput": True, "allow_nan": False, "requires_fit": False}

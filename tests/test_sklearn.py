@@ -139,7 +139,8 @@ def test_default_kernel_is_scikit_learns(rng: np.random.Generator) -> None:
     ref = SkGPR(alpha=1e-2, optimizer=None).fit(X, y)  # ConstantKernel(1.0) * RBF(1.0)
     assert ours.fit_result_ is None
     np.testing.assert_allclose(ours.predict(X), ref.predict(X), rtol=1e-9)
-    assert ours.hyperparameter_names() == ["amplitude", "kernel.lengthscale"]
+    assert ours.hyperparameter_names() == ["k1__constant_value", "k2__length_scale"]
+    assert repr(ours.kernel_) == repr(ref.kernel_) and np.all(ours.kernel_.theta == 0.0)
 
 
 def test_sample_y(rng: np.random.Generator) -> None:
@@ -175,7 +176,13 @@ def test_in_pipelines_and_searches(rng: np.random.Generator) -> None:
     [
         (lambda: GaussianProcessRegressor(), "nan", ValueError, ["Input X contains NaN"]),
         (lambda: GaussianProcessRegressor(), "inf", ValueError, ["infinity"]),
-        (lambda: GaussianProcessRegressor(sk.RBF()), "ok", TypeError, ["gpchol kernel"]),
+        (
+            lambda: GaussianProcessRegressor(sk.PairwiseKernel()),
+            "ok",
+            TypeError,
+            ["kernel", "PairwiseKernel", "no gpchol translation"],
+        ),
+        (lambda: GaussianProcessRegressor(object()), "ok", TypeError, ["kernel must be"]),
         (lambda: GaussianProcessRegressor(alpha=np.ones(3)), "ok", ValueError, ["alpha", "(10,)"]),
         (lambda: GaussianProcessRegressor(alpha=-1.0), "ok", ValueError, ["alpha", ">= 0"]),
         (lambda: GaussianProcessRegressor(optimizer="bfgs"), "ok", ValueError, ["'lbfgs'"]),
@@ -195,7 +202,8 @@ def test_in_pipelines_and_searches(rng: np.random.Generator) -> None:
     ids=[
         "nan",
         "inf",
-        "sklearn-kernel",
+        "unknown-sklearn-kernel",
+        "not-a-kernel",
         "alpha-shape",
         "alpha-negative",
         "optimizer",
@@ -225,12 +233,309 @@ def test_predict_arguments(rng: np.random.Generator) -> None:
     X, y = data(rng, n=10)
     est = GaussianProcessRegressor(optimizer=None, alpha=1e-3)
     with pytest.raises(sklearn.exceptions.NotFittedError):
-        est.predict(X)
+        est.log_marginal_likelihood()
     est.fit(X, y)
     with pytest.raises(RuntimeError, match="At most one"):
         est.predict(X, return_std=True, return_cov=True)
     with pytest.raises(ValueError, match="features"):
         est.predict(X[:, :1])
+
+
+# ---------------------------------------------------------- scikit-learn kernels (issue 31)
+
+SK_KERNELS = {
+    "rbf": lambda d: sk.RBF(0.7),
+    "rbf-ard": lambda d: sk.RBF(np.linspace(0.5, 2.0, d)),
+    "matern0.5": lambda d: sk.Matern(0.8, nu=0.5),
+    "matern1.5-ard": lambda d: sk.Matern(np.linspace(0.6, 1.4, d), nu=1.5),
+    "matern2.5": lambda d: sk.Matern(1.3, nu=2.5),
+    "matern-inf": lambda d: sk.Matern(1.2, nu=np.inf),
+    "rq": lambda d: sk.RationalQuadratic(0.9, 2.5),
+    "expsinesquared": lambda d: sk.ExpSineSquared(1.1, 2.3),
+    "dotproduct": lambda d: sk.DotProduct(0.7),
+    "white": lambda d: sk.WhiteKernel(0.3),
+    "constant": lambda d: sk.ConstantKernel(2.3),
+    "c*rbf+white": lambda d: sk.ConstantKernel(2.0) * sk.RBF(1.2) + sk.WhiteKernel(0.1),
+    "(rbf+dot)**2": lambda d: (sk.RBF(1.5) + sk.DotProduct(1.0)) ** 2,
+    "rq**1.7": lambda d: sk.Exponentiation(sk.RationalQuadratic(0.8, 0.6), 1.7),
+    "fixed-bounds": lambda d: (
+        sk.ConstantKernel(1.5, "fixed") * sk.Matern(0.9, "fixed", nu=1.5)
+        + sk.WhiteKernel(0.2, (1e-3, 1.0))
+    ),
+}
+
+
+@pytest.mark.parametrize("d", [1, 3])
+@pytest.mark.parametrize("name", list(SK_KERNELS))
+def test_sklearn_kernels_translate_to_the_same_values(
+    name: str, d: int, rng: np.random.Generator
+) -> None:
+    """Every scikit-learn kernel the estimator takes has the same covariance as its gpchol
+    translation (float64, to 1e-12), and the same theta and bounds."""
+    import jax
+
+    k = SK_KERNELS[name](d)
+    X, Y = rng.normal(size=(9, d)), rng.normal(size=(6, d))
+    y = rng.normal(size=9)
+    # alpha=1: ExpSineSquared on several columns (a function of the Euclidean distance) is
+    # not positive semi-definite in general
+    est = GaussianProcessRegressor(k, alpha=1.0, optimizer=None).fit(X, y)
+    assert repr(est.kernel_) == repr(k) and np.array_equal(est.kernel_.theta, k.theta)
+    g = est.posterior_.gp.kernel  # the gpchol kernel behind kernel_
+    with jax.enable_x64(True):
+        for ours, ref in [(g(X), k(X)), (g(X, Y), k(X, Y)), (g.diag(X), k.diag(X))]:
+            assert np.asarray(ours).dtype == np.float64
+            np.testing.assert_allclose(np.asarray(ours), ref, rtol=1e-12, atol=1e-12)
+    # at another theta (log space; scikit-learn's hyperparameter order)
+    theta = k.theta + rng.uniform(-0.3, 0.3, k.theta.shape)
+    ref = SkGPR(k, alpha=1.0, optimizer=None).fit(X, y)
+    v, grad = est.log_marginal_likelihood(theta, eval_gradient=True)
+    v_ref, grad_ref = ref.log_marginal_likelihood(theta, eval_gradient=True)
+    np.testing.assert_allclose(v, v_ref, rtol=1e-11)
+    np.testing.assert_allclose(grad, grad_ref, rtol=1e-8, atol=1e-10)
+
+
+def _outputs(out: Any) -> tuple[np.ndarray, ...]:
+    return out if isinstance(out, tuple) else (out,)
+
+
+@pytest.mark.parametrize("normalize_y", [False, True])
+def test_sklearn_kernel_same_numbers_as_scikit_learn(
+    normalize_y: bool, rng: np.random.Generator
+) -> None:
+    X, y = data(rng, n=20)
+    Y = np.c_[y, np.cos(X[:, 0]) * 4.0 - 1.0]
+    Xs = rng.uniform(-2.5, 2.5, (6, 2))
+    kernel = sk.ConstantKernel(1.7) * sk.Matern([0.8, 1.3], nu=2.5) + sk.WhiteKernel(0.01)
+    for target in (y, Y):
+        ours = GaussianProcessRegressor(kernel, optimizer=None, normalize_y=normalize_y)
+        ref = SkGPR(kernel, optimizer=None, normalize_y=normalize_y)
+        ours.fit(X, target)
+        ref.fit(X, target)
+        tol = {"rtol": 1e-9, "atol": 1e-9}
+        np.testing.assert_allclose(
+            ours.log_marginal_likelihood_value_, ref.log_marginal_likelihood_value_, **tol
+        )
+        for kw in ({}, {"return_std": True}, {"return_cov": True}):
+            for a, b in zip(
+                _outputs(ours.predict(Xs, **kw)), _outputs(ref.predict(Xs, **kw)), strict=True
+            ):
+                assert a.shape == b.shape
+                np.testing.assert_allclose(a, b, **tol)
+        np.testing.assert_allclose(ours.alpha_, ref.alpha_, **tol)
+        assert ours.sample_y(Xs, 3).shape == ref.sample_y(Xs, 3).shape
+        # theta in log space, value and gradient, as scikit-learn's
+        theta = kernel.theta + 0.3
+        v, g = ours.log_marginal_likelihood(theta, eval_gradient=True)
+        v_ref, g_ref = ref.log_marginal_likelihood(theta, eval_gradient=True)
+        np.testing.assert_allclose(v, v_ref, rtol=1e-10)
+        np.testing.assert_allclose(g, g_ref, rtol=1e-7, atol=1e-9)
+        assert ours.log_marginal_likelihood(theta) == pytest.approx(v, rel=1e-12)
+        assert ours.kernel_.theta == pytest.approx(kernel.theta)  # clone_kernel=True
+    ours.log_marginal_likelihood(theta, clone_kernel=False)
+    np.testing.assert_allclose(ours.kernel_.theta, theta)
+
+
+@pytest.mark.parametrize("optimizer", ["lbfgs", "fmin_l_bfgs_b", "custom"])
+def test_sklearn_kernel_fit_reaches_scikit_learns_optimum(
+    optimizer: str, rng: np.random.Generator
+) -> None:
+    from scipy.optimize import minimize
+
+    def custom(obj_func: Any, initial_theta: np.ndarray, bounds: np.ndarray) -> Any:
+        res = minimize(obj_func, initial_theta, jac=True, method="L-BFGS-B", bounds=bounds)
+        return res.x, res.fun
+
+    X, y = data(rng, n=30)
+    kernel = sk.ConstantKernel(1.0, (1e-2, 1e2)) * sk.RBF([1.0, 1.0], (1e-2, 1e2)) + (
+        sk.WhiteKernel(0.1, (1e-4, 1.0))
+    )
+    ours = GaussianProcessRegressor(
+        kernel, normalize_y=True, optimizer=custom if optimizer == "custom" else optimizer
+    ).fit(X, y)
+    ref = SkGPR(kernel, normalize_y=True).fit(X, y)
+    assert type(ours.kernel_) is type(ref.kernel_) and ours.kernel_ is not kernel
+    assert ours.log_marginal_likelihood_value_ >= ref.log_marginal_likelihood_value_ - 1e-6
+    np.testing.assert_allclose(ours.kernel_.theta, ref.kernel_.theta, atol=1e-3)
+    assert np.all(ours.kernel_.bounds[:, 0] <= ours.kernel_.theta)
+    assert np.all(ours.kernel_.theta <= ours.kernel_.bounds[:, 1])
+    assert "**2 * RBF(length_scale=[" in repr(ours.kernel_)
+    assert ours.kernel_.get_params()["k2__noise_level_bounds"] == (1e-4, 1.0)
+    np.testing.assert_allclose(
+        ours.log_marginal_likelihood(ours.kernel_.theta),
+        ours.log_marginal_likelihood_value_,
+        rtol=1e-10,
+    )
+
+
+def test_custom_optimizer_with_a_gpchol_kernel(rng: np.random.Generator) -> None:
+    """The callable's theta for a gpchol kernel: its free leaves, unconstrained (log)."""
+    from scipy.optimize import minimize
+
+    seen = {}
+
+    def custom(obj_func: Any, initial_theta: np.ndarray, bounds: np.ndarray) -> Any:
+        seen["theta0"], seen["bounds"] = initial_theta, bounds
+        res = minimize(obj_func, initial_theta, jac=True, method="L-BFGS-B")
+        return res.x, res.fun
+
+    X, y = data(rng, n=25)
+    k = 1.0 * kernels.ExpSquared(lengthscale=np.ones(2)) + kernels.White(0.1)
+    ours = GaussianProcessRegressor(k, normalize_y=True, optimizer=custom).fit(X, y)
+    ref = GaussianProcessRegressor(k, normalize_y=True, optimizer="fmin_l_bfgs_b").fit(X, y)
+    np.testing.assert_allclose(seen["theta0"], [0.0, 0.0, 0.0, np.log(0.1)], atol=1e-12)
+    assert np.all(np.isinf(seen["bounds"]))
+    np.testing.assert_allclose(
+        ours.log_marginal_likelihood_value_, ref.log_marginal_likelihood_value_, rtol=1e-8
+    )
+
+
+def test_fixed_bounds_and_restarts_with_sklearn_kernels(rng: np.random.Generator) -> None:
+    X, y = data(rng, n=20, d=1)
+    kernel = sk.ConstantKernel(2.0, "fixed") * sk.ExpSineSquared(
+        0.7, 2.5, periodicity_bounds="fixed"
+    ) + sk.WhiteKernel(0.1, (1e-3, 1.0))
+    lmls = []
+    for restarts in range(3):
+        est = GaussianProcessRegressor(
+            kernel, n_restarts_optimizer=restarts, random_state=0, max_steps=100
+        ).fit(X, y)
+        params = est.kernel_.get_params()
+        assert params["k1__k1__constant_value"] == 2.0 and params["k1__k2__periodicity"] == 2.5
+        assert est.kernel_.theta.shape == (2,) and est.kernel_.theta[0] != np.log(0.7)
+        lmls.append(est.log_marginal_likelihood_value_)
+    assert lmls[2] >= lmls[1] - 1e-9 and lmls[1] >= lmls[0] - 1e-9
+
+
+def test_multi_target_shares_one_kernel(rng: np.random.Generator) -> None:
+    X, y = data(rng, n=18)
+    Y = np.c_[y, 2.0 * y, -y + 1.0]
+    kernel = sk.ConstantKernel(1.0) * sk.RBF(1.0) + sk.WhiteKernel(0.1)
+    one = GaussianProcessRegressor(kernel, optimizer=None).fit(X, y)
+    many = GaussianProcessRegressor(kernel, optimizer=None).fit(X, Y)
+    Xs = rng.uniform(-2.0, 2.0, (5, 2))
+    m1, s1 = one.predict(Xs, return_std=True)
+    m, s = many.predict(Xs, return_std=True)
+    assert m.shape == s.shape == (5, 3) and many.predict(Xs, return_cov=True)[1].shape == (5, 5, 3)
+    for j in range(3):
+        single = GaussianProcessRegressor(kernel, optimizer=None).fit(X, Y[:, j])
+        np.testing.assert_allclose(m[:, j], single.predict(Xs), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(s[:, j], s1, rtol=1e-12)
+    np.testing.assert_allclose(m[:, 1], 2.0 * m1, rtol=1e-10)
+    samples = many.sample_y(Xs, 4)
+    assert samples.shape == (5, 3, 4)
+    np.testing.assert_allclose(samples[:, 0, :], one.sample_y(Xs, 4), rtol=1e-9, atol=1e-12)
+    single = GaussianProcessRegressor(kernel, optimizer=None)
+    lml = sum(single.fit(X, Y[:, j]).log_marginal_likelihood_value_ for j in range(3))
+    np.testing.assert_allclose(many.log_marginal_likelihood_value_, lml, rtol=1e-10)
+    fitted = GaussianProcessRegressor(kernel, optimizer="fmin_l_bfgs_b").fit(X, Y)
+    ref = SkGPR(kernel).fit(X, Y)
+    assert fitted.log_marginal_likelihood_value_ >= ref.log_marginal_likelihood_value_ - 1e-6
+
+
+def test_prior_before_fit_is_scikit_learns(rng: np.random.Generator) -> None:
+    X = rng.normal(size=(6, 2))
+    kernel = sk.ConstantKernel(2.0) * sk.Matern(0.7, nu=0.5)
+    for n_targets in (None, 3):
+        ours = GaussianProcessRegressor(kernel, n_targets=n_targets)
+        ref = SkGPR(kernel, n_targets=n_targets)
+        for kw in ({"return_std": True}, {"return_cov": True}):
+            for a, b in zip(ours.predict(X, **kw), ref.predict(X, **kw), strict=True):
+                assert a.shape == b.shape
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        assert ours.sample_y(X, 2).shape == ref.sample_y(X, 2).shape
+
+
+@pytest.mark.parametrize(
+    "make, fit_y, error, words",
+    [
+        (
+            lambda: GaussianProcessRegressor(sk.Matern(nu=1.0)),
+            "ok",
+            ValueError,
+            ["Matern", "nu=1.0", "0.5, 1.5, 2.5 or inf"],
+        ),
+        (
+            lambda: GaussianProcessRegressor(
+                sk.ConstantKernel() * sk.RBF(length_scale_bounds=(10.0, 1.0))
+            ),
+            "ok",
+            ValueError,
+            ["k2__length_scale_bounds", "lower <= upper", "[10.0, 1.0]"],
+        ),
+        (
+            lambda: GaussianProcessRegressor(sk.WhiteKernel(noise_level_bounds=(-1.0, 1.0))),
+            "ok",
+            ValueError,
+            ["noise_level_bounds", "0 <= lower"],
+        ),
+        (
+            lambda: GaussianProcessRegressor(
+                sk.RBF() + sk.WhiteKernel(noise_level_bounds=(0.0, 1.0)), n_restarts_optimizer=2
+            ),
+            "ok",
+            ValueError,
+            ["n_restarts_optimizer=2", "bounds are finite", "k2__noise_level"],
+        ),
+        (lambda: GaussianProcessRegressor(), "nan-y", ValueError, ["y", "NaN"]),
+        (
+            lambda: GaussianProcessRegressor(sk.RBF(), fixed=("length_scale",)),
+            "ok",
+            ValueError,
+            ["fixed", '*_bounds="fixed"'],
+        ),
+        (lambda: GaussianProcessRegressor(n_targets=3), "ok", ValueError, ["n_targets=3"]),
+        (
+            lambda: GaussianProcessRegressor(optimizer=lambda f, t, b: None),
+            "ok",
+            TypeError,
+            ["optimizer", "(theta_opt, func_min)"],
+        ),
+        (
+            lambda: GaussianProcessRegressor(sk.DotProduct(), alpha=0.0),
+            "ok",
+            np.linalg.LinAlgError,
+            ["DotProduct(sigma_0=1)", "not positive definite", "raise alpha"],
+        ),
+    ],
+    ids=[
+        "matern-nu",
+        "bounds-lower-gt-upper",
+        "bounds-negative",
+        "restarts-infinite-bounds",
+        "y-nan",
+        "fixed-with-sklearn-kernel",
+        "n-targets",
+        "custom-optimizer-return",
+        "singular-dot-product",
+    ],
+)
+def test_sklearn_bad_input_is_a_clear_error(
+    make: Any, fit_y: str, error: type, words: list[str], rng: np.random.Generator
+) -> None:
+    X, y = data(rng, n=10)
+    if fit_y == "nan-y":
+        y[4] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(error) as info:
+            make().fit(X, y)
+    for w in words:
+        assert w in str(info.value), str(info.value)
+
+
+def test_sklearn_theta_of_the_wrong_length(rng: np.random.Generator) -> None:
+    X, y = data(rng, n=10)
+    est = GaussianProcessRegressor(sk.RBF([1.0, 2.0]), optimizer=None).fit(X, y)
+    with pytest.raises(ValueError, match=r"theta must have shape \(2,\).*got shape \(3,\)"):
+        est.log_marginal_likelihood(np.zeros(3))
+    with pytest.raises(ValueError, match="eval_gradient=True needs theta"):
+        est.log_marginal_likelihood(eval_gradient=True)
+    with pytest.raises(TypeError, match="scikit-learn kernel"):
+        est.log_marginal_likelihood(kernels.ExpSquared(1.0))
+    g = GaussianProcessRegressor(kernels.ExpSquared(1.0), optimizer=None).fit(X, y)
+    with pytest.raises(TypeError, match="gpchol kernel"):
+        g.log_marginal_likelihood(np.zeros(1))
 
 
 # ------------------------------------------------------------------ check_estimator
