@@ -51,6 +51,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
 from collections.abc import Callable
 from functools import partial
@@ -63,10 +65,11 @@ import numpyro
 from jax import lax, random
 from jax.typing import ArrayLike, DTypeLike
 from numpyro.distributions import constraints
+from numpyro.distributions.batch_util import vmap_over
 from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import lazy_property, validate_sample
 
-from gpchol._base.validate import as_inputs, check_jitter
+from gpchol._base.validate import as_inputs, check_jitter, is_concrete
 from gpchol._gp import GaussianProcess, Posterior
 from gpchol._linalg.backends import Backend, array_platform, prepare
 from gpchol._linalg.blocks import mT, symmetrize
@@ -101,6 +104,14 @@ def _factor(a: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def _as_float(x: ArrayLike, name: str) -> jax.Array:
+    """``x`` as a real floating array (integers and booleans cast, as NumPyro takes them)."""
+    dtype = np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
+    if dtype.kind not in "biuf":
+        what = "complex" if dtype.kind == "c" else "not numeric"
+        raise TypeError(
+            f"{name} must be a real numeric array; got dtype {dtype} ({what}): "
+            f"pass e.g. `jnp.asarray({name}, jnp.float32)`."
+        )
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(jnp.result_type(float))
@@ -186,7 +197,10 @@ class MultivariateNormal(Distribution):
     broadcast against each other, NumPyro's way), ``sample``/``rsample``, ``log_prob``,
     ``mean``, ``variance``, ``entropy``, ``expand``, ``infer_shapes`` and
     ``validate_args``. It is a pytree like every NumPyro distribution, so it works under
-    ``jit``, ``vmap``, ``grad``, NUTS and SVI.
+    ``jit``, ``vmap``, ``grad``, NUTS and SVI; ``vmap_over(d, loc=..., covariance_matrix=...)``
+    (``numpyro.distributions.batch_util``) gives the ``out_axes`` of a vmapped constructor,
+    derived matrices included. NumPyro's own ``test/test_distributions.py`` passes on it
+    (``tests/test_numpyro_upstream.py``).
 
     Exactly one of ``covariance_matrix``, ``precision_matrix`` and ``scale_tril`` is
     given. Nothing is factored in ``__init__``: the factor is computed when first needed
@@ -480,6 +494,12 @@ def _diag_term(noise: ArrayLike, jitter: float | None, n: int, dtype: DTypeLike)
     return d + (jitter or 0.0)
 
 
+def _gp_covariance(kernel: Any, X: jax.Array, noise: ArrayLike, jitter: float | None) -> jax.Array:
+    """``k(X, X) + diag(noise) + jitter I``, ``(n, n)``."""
+    K = kernel(X, X)
+    return K + jnp.diag(_diag_term(noise, jitter, X.shape[0], K.dtype))
+
+
 @partial(jax.jit, static_argnums=(1,))
 def _relative_jitter_factor(C: jax.Array, jitter: tuple[float, ...]) -> jax.Array:
     """Lower factor of an ``(m, m)`` posterior covariance ``C``, with a relative jitter.
@@ -520,7 +540,15 @@ class GaussianProcessMarginal(MultivariateNormal):
             and the matrix properties build the dense matrix, and a failure follows that
             function's status (a failed status or NaN is mapped to ``-inf``; the gradient
             of a failed step is not guarded on this path).
-        validate_args: as for :class:`MultivariateNormal`.
+        validate_args: as for :class:`MultivariateNormal` (the covariance and ``loc`` are
+            checked). Inside ``jit``, the moments of concrete arguments are computed
+            eagerly and checked only with ``validate_args=True``; with the default they
+            are traced and not checked there.
+
+    It follows NumPyro's conventions: ``sample(key, sample_shape)``, ``expand``,
+    ``mask``, ``to_event``, a pytree (``jit``/``vmap``/``lax.map``), and
+    ``numpyro.distributions.batch_util.vmap_over(d, kernel=..., X=..., noise=...,
+    mean=...)`` for the ``out_axes`` of a vmapped constructor (one axis for all).
 
     Example:
         >>> import jax.numpy as jnp
@@ -549,16 +577,26 @@ class GaussianProcessMarginal(MultivariateNormal):
     ) -> None:
         if not callable(kernel):
             raise TypeError(f"kernel must be callable as k(X1, X2); got {kernel!r}.")
-        X = as_inputs(X)
+        if validate_args not in (None, True, False):
+            raise TypeError(f"validate_args must be None, True or False; got {validate_args!r}.")
+        self.jitter = (check_jitter(jitter, schedule=False) or (None,))[0]
+        self.mesh = mesh
+        # With validate_args=True and concrete arguments (closed over inside the caller's
+        # `jit`), the moments are computed eagerly so that they can be validated there, as
+        # NumPyro validates concrete parameters. Otherwise they are traced as usual (an
+        # n x n matrix is not made a constant of the caller's program for nothing).
+        eager = validate_args is True and is_concrete(*jax.tree_util.tree_leaves((kernel, X)))
+        eager = eager and is_concrete(*jax.tree_util.tree_leaves((noise, mean)))
+        with jax.ensure_compile_time_eval() if eager else contextlib.nullcontext():
+            X = as_inputs(X)
+            self.mean_function = as_mean(mean)
+            loc = self.mean_function(X)
+            cov = None if mesh is not None else _gp_covariance(kernel, X, noise, self.jitter)
         n = X.shape[0]
         self.kernel = kernel
         self.X = X
         self.noise = noise
-        self.mean_function = as_mean(mean)
-        self.jitter = (check_jitter(jitter, schedule=False) or (None,))[0]
-        self.mesh = mesh
-        loc = self.mean_function(X)
-        if mesh is not None:
+        if cov is None:
             self._kind = "covariance_matrix"
             self.loc = loc
             self._factor_cache = None
@@ -566,8 +604,6 @@ class GaussianProcessMarginal(MultivariateNormal):
                 self, batch_shape=(), event_shape=(n,), validate_args=validate_args
             )
             return
-        K = kernel(X, X)
-        cov = K + jnp.diag(_diag_term(noise, self.jitter, n, K.dtype))
         super().__init__(loc, cov, validate_args=validate_args)
 
     @classmethod
@@ -585,9 +621,7 @@ class GaussianProcessMarginal(MultivariateNormal):
     @lazy_property
     def covariance_matrix(self) -> jax.Array:
         """``(n, n)`` covariance ``k(X, X) + diag(noise) + jitter I`` (dense)."""
-        K = self.kernel(self.X, self.X)
-        n = K.shape[-1]
-        return K + jnp.diag(_diag_term(self.noise, self.jitter, n, K.dtype))
+        return _gp_covariance(self.kernel, self.X, self.noise, self.jitter)
 
     @validate_sample
     def log_prob(self, value: ArrayLike) -> jax.Array:
@@ -800,6 +834,63 @@ class GaussianProcessMarginal(MultivariateNormal):
             jitter=jitter,
         )
         return numpyro.sample(name, d)
+
+
+# ----------------------------------------------------------------------------------------
+# vmap_over: the out_axes of a vmapped constructor, NumPyro's convention
+# ----------------------------------------------------------------------------------------
+
+_MATRICES = ("covariance_matrix", "precision_matrix", "scale_tril")
+
+
+def _axes_like(d: Distribution, given: dict[str, Any], derived: Any) -> Distribution:
+    """A copy of ``d`` whose pytree data fields hold vmap axes instead of arrays.
+
+    ``given`` maps data fields to the axes of the arguments they come from; every matrix
+    (the given one and those computed from it, possibly cached by a lazy property) and
+    ``loc``, unless given, get ``derived``; gpchol's cached factor is only ever concrete,
+    never the output of a vmapped function, so it gets ``None``.
+    """
+    axes = copy.copy(d)
+    for field in type(d).gather_pytree_data_fields():
+        setattr(axes, field, given.get(field, derived if field in _MATRICES else None))
+    return axes
+
+
+@vmap_over.register
+def _vmap_over_multivariate_normal(
+    d: MultivariateNormal,
+    loc: Any = None,
+    covariance_matrix: Any = None,
+    precision_matrix: Any = None,
+    scale_tril: Any = None,
+) -> Distribution:
+    # Every matrix attribute derives from the one given: they share its axis.
+    axis = next(
+        (a for a in (covariance_matrix, precision_matrix, scale_tril) if a is not None), None
+    )
+    return _axes_like(d, {"loc": loc}, axis)
+
+
+@vmap_over.register
+def _vmap_over_gp_marginal(
+    d: GaussianProcessMarginal,
+    kernel: Any = None,
+    X: Any = None,
+    noise: Any = None,
+    mean: Any = None,
+) -> Distribution:
+    # loc and the matrices derive from several arguments: they take the one axis given
+    # (an unbatched output under a mapped out_axes is broadcast by vmap, so this is safe).
+    given = {"kernel": kernel, "X": X, "noise": noise, "mean_function": mean}
+    ints = {a for a in jax.tree_util.tree_leaves(list(given.values())) if isinstance(a, int)}
+    if len(ints) > 1:
+        raise ValueError(
+            "vmap_over(GaussianProcessMarginal, ...) needs one axis for all its arguments; "
+            f"got {sorted(ints)}."
+        )
+    axis = next(iter(ints), None)
+    return _axes_like(d, {"loc": axis, **given}, axis)
 
 
 def latent_gp(

@@ -589,3 +589,171 @@ def test_predictive_bad_arguments():
     plain = gnp.GaussianProcessMarginal(lambda a, b: jnp.exp(-((a - b.T) ** 2)), X, noise=0.1)
     with pytest.raises(TypeError, match="need a gpchol kernel"):
         plain.predict("f", y, Xs)
+
+
+# ----------------------------------------------------------------------------------------
+# NumPyro's conventions (issue 31): signature, attributes, validation inside jit, vmap_over
+# ----------------------------------------------------------------------------------------
+
+
+def test_signature_and_class_attributes_are_numpyros():
+    import inspect
+
+    ours = inspect.signature(gnp.MultivariateNormal).parameters
+    ref = inspect.signature(dist.MultivariateNormal).parameters
+    assert [(p.name, p.kind, p.default) for p in ours.values()] == [
+        (p.name, p.kind, p.default) for p in ref.values()
+    ]
+    assert list(inspect.getfullargspec(gnp.MultivariateNormal.__init__).args) == [
+        "self",
+        "loc",
+        "covariance_matrix",
+        "precision_matrix",
+        "scale_tril",
+    ]
+    A, R = gnp.MultivariateNormal, dist.MultivariateNormal
+    assert A.arg_constraints.keys() == R.arg_constraints.keys()
+    for k, c in R.arg_constraints.items():
+        assert type(A.arg_constraints[k]) is type(c), k
+        assert A.arg_constraints[k].event_dim == c.event_dim, k
+    assert type(A.support) is type(R.support) and A.support.event_dim == R.support.event_dim
+    assert set(A.reparametrized_params) == set(R.reparametrized_params)
+    assert A.infer_shapes((3, 1, 4), None, None, (2, 4, 4)) == R.infer_shapes(
+        (3, 1, 4), None, None, (2, 4, 4)
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_positional_arguments_match_numpyro(rng, kind):
+    loc = rng.standard_normal((2, N))
+    mat = _params(rng, kind, ())
+    args = [loc, None, None, None]
+    args[1 + KINDS.index(kind)] = mat
+    ours, ref = gnp.MultivariateNormal(*args), dist.MultivariateNormal(*args)
+    x = rng.standard_normal((3, 2, N))
+    assert ours.batch_shape == ref.batch_shape == (2,)
+    assert _rel(ours.log_prob(x), ref.log_prob(x)) < 1e-10
+    np.testing.assert_allclose(ours.scale_tril, ref.scale_tril, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_validate_args_checks_concrete_parameters_inside_jit(rng, kind):
+    bad = {
+        "covariance_matrix": np.array([[1.0, 2.0], [2.0, 1.0]]),
+        "precision_matrix": -np.eye(2),
+        "scale_tril": np.array([[1.0, 1.0], [0.0, -1.0]]),
+    }[kind]
+    for mvn in (gnp.MultivariateNormal, dist.MultivariateNormal):  # the same behaviour
+        with pytest.raises(ValueError, match=kind):
+            jax.jit(lambda mvn=mvn: mvn(np.zeros(2), **{kind: bad}, validate_args=True))()
+    # loc too (NumPyro's class reshapes loc under the trace first, so it skips that check)
+    good = _params(rng, kind, (), n=2)
+    with pytest.raises(ValueError, match="loc"):
+        jax.jit(lambda: gnp.MultivariateNormal([np.nan, 0.0], **{kind: good}, validate_args=True))()
+    # traced parameters (a sampler's) cannot be checked: no error, and -inf for a non-PD
+    # covariance (NumPyro's own class gives NaN there)
+    if kind == "covariance_matrix":
+        f = jax.jit(
+            lambda c: gnp.MultivariateNormal(0.0, c, validate_args=True).log_prob(np.zeros(2))
+        )
+        assert f(bad) == -np.inf
+    d = gnp.MultivariateNormal(np.zeros(2), np.eye(2), validate_args=True)
+    with pytest.warns(UserWarning, match="Out-of-support"):
+        jax.jit(lambda: d.log_prob(np.array([np.inf, 0.0])))()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("axis", [0, 1])
+def test_vmap_over_maps_every_matrix_attribute(rng, kind, axis):
+    from numpyro.distributions.batch_util import vmap_over
+
+    mats = _params(rng, kind, (4,))
+    locs = rng.standard_normal((4, N))
+    x = rng.standard_normal(N)
+    d0 = gnp.MultivariateNormal(locs[0], **{kind: mats[0]})
+
+    def make(m, c):
+        d = gnp.MultivariateNormal(m, **{kind: c})
+        for prop in KINDS:  # derived matrices cached by the lazy properties are mapped too
+            getattr(d, prop)
+        return d
+
+    out_axes = vmap_over(d0, loc=0, **{kind: axis})
+    d = jax.vmap(make, in_axes=(0, axis), out_axes=out_axes)(locs, np.moveaxis(mats, 0, axis))
+    lp = jax.vmap(lambda d: d.log_prob(x), in_axes=(out_axes,))(d)
+    props = {
+        prop: jax.vmap(lambda d, prop=prop: getattr(d, prop), in_axes=(out_axes,))(d)
+        for prop in KINDS
+    }
+    for i in range(4):
+        ref = dist.MultivariateNormal(locs[i], **{kind: mats[i]})
+        assert _rel(lp[i], ref.log_prob(x)) < 1e-10
+        for prop in KINDS:
+            np.testing.assert_allclose(props[prop][i], getattr(ref, prop), rtol=1e-9, atol=1e-12)
+
+
+def test_gp_marginal_follows_numpyro_conventions(rng):
+    from numpyro.distributions.batch_util import vmap_over
+
+    X = np.sort(rng.uniform(0.0, 3.0, 6))
+    ls, noise = 0.7, 0.05
+    gp = gnp.GaussianProcessMarginal(kernels.ExpSquared(ls), X, noise=noise)
+    ref = dist.MultivariateNormal(np.zeros(6), np.asarray(gp.covariance_matrix))
+    np.testing.assert_allclose(
+        gp.covariance_matrix,
+        np.exp(-0.5 * (X[:, None] - X[None, :]) ** 2 / ls**2) + noise * np.eye(6),
+        rtol=1e-12,
+    )
+    key = jax.random.PRNGKey(0)
+    assert gp.sample(key, (2, 3)).shape == (2, 3, 6)
+    y = rng.standard_normal((2, 3, 6))
+    # expand / to_event / mask, as any NumPyro distribution
+    e = gp.expand((3,))
+    assert (e.batch_shape, e.event_shape) == ((3,), (6,))
+    assert _rel(e.log_prob(y), ref.expand((3,)).log_prob(y)) < 1e-10
+    t = e.to_event(1)
+    assert (t.batch_shape, t.event_shape) == ((), (3, 6))
+    assert _rel(t.log_prob(y), ref.expand((3,)).to_event(1).log_prob(y)) < 1e-10
+    assert gp.mask(False).log_prob(y[0, 0]) == 0.0
+    assert _rel(gp.mask(True).log_prob(y[0, 0]), ref.log_prob(y[0, 0])) < 1e-10
+    assert gp.infer_shapes(None, X.shape, ()) == ((), (6,))
+    # a pytree: returned from jit and mapped with vmap_over
+    assert _rel(jax.jit(lambda: gp)().log_prob(y), ref.log_prob(y)) < 1e-10
+    lss = np.array([0.5, 0.7, 1.1])
+    out_axes = vmap_over(gp, kernel=0)
+    gps = jax.vmap(
+        lambda s: gnp.GaussianProcessMarginal(kernels.ExpSquared(s), X, noise=noise),
+        out_axes=out_axes,
+    )(lss)
+    lp = jax.vmap(lambda d: d.log_prob(y[0, 0]), in_axes=(out_axes,))(gps)
+    assert _rel(lp[1], ref.log_prob(y[0, 0])) < 1e-10
+    # validate_args=True checks concrete parameters inside jit too (a negative noise)
+    with pytest.raises(ValueError, match="covariance_matrix"):
+        jax.jit(
+            lambda: gnp.GaussianProcessMarginal(
+                kernels.ExpSquared(ls), X, noise=-5.0, validate_args=True
+            )
+        )()
+
+
+def test_bad_arguments_name_the_argument():
+    with pytest.raises(TypeError, match="loc"):
+        gnp.MultivariateNormal("a", np.eye(2))
+    with pytest.raises(TypeError, match=r"covariance_matrix.*complex"):
+        gnp.MultivariateNormal(0.0, np.eye(2) + 0j)
+    with pytest.raises(TypeError, match="scale_tril"):
+        gnp.MultivariateNormal(0.0, None, None, np.array([["a", "b"], ["c", "d"]]))
+    with pytest.raises(ValueError, match="precision_matrix must have shape"):
+        gnp.MultivariateNormal(0.0, None, np.ones((2, 3)))
+    with pytest.raises(ValueError, match="exactly one"):
+        gnp.MultivariateNormal(0.0, np.eye(2), np.eye(2))
+    X = np.linspace(0.0, 1.0, 4)
+    with pytest.raises(TypeError, match="validate_args"):
+        gnp.GaussianProcessMarginal(kernels.ExpSquared(0.3), X, 0.1, validate_args="yes")
+    with pytest.raises(ValueError, match="noise"):
+        gnp.GaussianProcessMarginal(kernels.ExpSquared(0.3), X, np.ones(3))
+    from numpyro.distributions.batch_util import vmap_over
+
+    gp = gnp.GaussianProcessMarginal(kernels.ExpSquared(0.3), X, 0.1)
+    with pytest.raises(ValueError, match="one axis"):
+        vmap_over(gp, X=0, noise=1)
