@@ -198,6 +198,54 @@ def test_in_pipelines_and_searches(rng: np.random.Generator) -> None:
             np.linalg.LinAlgError,
             ["not positive definite", "raise alpha"],
         ),
+        (
+            lambda: GaussianProcessRegressor(sk.Matern(nu=1.0)),
+            "ok",
+            ValueError,
+            ["Matern", "nu=1.0", "0.5, 1.5, 2.5 or inf"],
+        ),
+        (
+            lambda: GaussianProcessRegressor(
+                sk.ConstantKernel() * sk.RBF(length_scale_bounds=(10.0, 1.0))
+            ),
+            "ok",
+            ValueError,
+            ["k2__length_scale_bounds", "lower <= upper", "[10.0, 1.0]"],
+        ),
+        (
+            lambda: GaussianProcessRegressor(sk.WhiteKernel(noise_level_bounds=(-1.0, 1.0))),
+            "ok",
+            ValueError,
+            ["noise_level_bounds", "0 <= lower"],
+        ),
+        (
+            lambda: GaussianProcessRegressor(
+                sk.RBF() + sk.WhiteKernel(noise_level_bounds=(0.0, 1.0)), n_restarts_optimizer=2
+            ),
+            "ok",
+            ValueError,
+            ["n_restarts_optimizer=2", "bounds are finite", "k2__noise_level"],
+        ),
+        (lambda: GaussianProcessRegressor(), "nan-y", ValueError, ["y", "NaN"]),
+        (
+            lambda: GaussianProcessRegressor(sk.RBF(), fixed=("length_scale",)),
+            "ok",
+            ValueError,
+            ["fixed", '*_bounds="fixed"'],
+        ),
+        (lambda: GaussianProcessRegressor(n_targets=3), "ok", ValueError, ["n_targets=3"]),
+        (
+            lambda: GaussianProcessRegressor(optimizer=lambda f, t, b: None),
+            "ok",
+            TypeError,
+            ["optimizer", "(theta_opt, func_min)"],
+        ),
+        (
+            lambda: GaussianProcessRegressor(sk.DotProduct(), alpha=0.0),
+            "ok",
+            np.linalg.LinAlgError,
+            ["DotProduct(sigma_0=1)", "not positive definite", "raise alpha"],
+        ),
     ],
     ids=[
         "nan",
@@ -209,6 +257,15 @@ def test_in_pipelines_and_searches(rng: np.random.Generator) -> None:
         "optimizer",
         "restarts",
         "singular",
+        "matern-nu",
+        "bounds-lower-gt-upper",
+        "bounds-negative",
+        "restarts-infinite-bounds",
+        "y-nan",
+        "fixed-with-sklearn-kernel",
+        "n-targets",
+        "custom-optimizer-return",
+        "singular-dot-product",
     ],
 )
 def test_bad_input_is_a_clear_error(
@@ -221,6 +278,8 @@ def test_bad_input_is_a_clear_error(
         X[0, 0] = np.inf
     elif fit_args == "dup":
         X = np.repeat(X[:5], 2, axis=0)
+    elif fit_args == "nan-y":
+        y[4] = np.nan
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(error) as info:
@@ -444,84 +503,6 @@ def test_prior_before_fit_is_scikit_learns(rng: np.random.Generator) -> None:
                 assert a.shape == b.shape
                 np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
         assert ours.sample_y(X, 2).shape == ref.sample_y(X, 2).shape
-
-
-@pytest.mark.parametrize(
-    "make, fit_y, error, words",
-    [
-        (
-            lambda: GaussianProcessRegressor(sk.Matern(nu=1.0)),
-            "ok",
-            ValueError,
-            ["Matern", "nu=1.0", "0.5, 1.5, 2.5 or inf"],
-        ),
-        (
-            lambda: GaussianProcessRegressor(
-                sk.ConstantKernel() * sk.RBF(length_scale_bounds=(10.0, 1.0))
-            ),
-            "ok",
-            ValueError,
-            ["k2__length_scale_bounds", "lower <= upper", "[10.0, 1.0]"],
-        ),
-        (
-            lambda: GaussianProcessRegressor(sk.WhiteKernel(noise_level_bounds=(-1.0, 1.0))),
-            "ok",
-            ValueError,
-            ["noise_level_bounds", "0 <= lower"],
-        ),
-        (
-            lambda: GaussianProcessRegressor(
-                sk.RBF() + sk.WhiteKernel(noise_level_bounds=(0.0, 1.0)), n_restarts_optimizer=2
-            ),
-            "ok",
-            ValueError,
-            ["n_restarts_optimizer=2", "bounds are finite", "k2__noise_level"],
-        ),
-        (lambda: GaussianProcessRegressor(), "nan-y", ValueError, ["y", "NaN"]),
-        (
-            lambda: GaussianProcessRegressor(sk.RBF(), fixed=("length_scale",)),
-            "ok",
-            ValueError,
-            ["fixed", '*_bounds="fixed"'],
-        ),
-        (lambda: GaussianProcessRegressor(n_targets=3), "ok", ValueError, ["n_targets=3"]),
-        (
-            lambda: GaussianProcessRegressor(optimizer=lambda f, t, b: None),
-            "ok",
-            TypeError,
-            ["optimizer", "(theta_opt, func_min)"],
-        ),
-        (
-            lambda: GaussianProcessRegressor(sk.DotProduct(), alpha=0.0),
-            "ok",
-            np.linalg.LinAlgError,
-            ["DotProduct(sigma_0=1)", "not positive definite", "raise alpha"],
-        ),
-    ],
-    ids=[
-        "matern-nu",
-        "bounds-lower-gt-upper",
-        "bounds-negative",
-        "restarts-infinite-bounds",
-        "y-nan",
-        "fixed-with-sklearn-kernel",
-        "n-targets",
-        "custom-optimizer-return",
-        "singular-dot-product",
-    ],
-)
-def test_sklearn_bad_input_is_a_clear_error(
-    make: Any, fit_y: str, error: type, words: list[str], rng: np.random.Generator
-) -> None:
-    X, y = data(rng, n=10)
-    if fit_y == "nan-y":
-        y[4] = np.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with pytest.raises(error) as info:
-            make().fit(X, y)
-    for w in words:
-        assert w in str(info.value), str(info.value)
 
 
 def test_sklearn_theta_of_the_wrong_length(rng: np.random.Generator) -> None:
