@@ -92,7 +92,10 @@ myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 nb_execution_mode = os.environ.get("GPCHOL_DOCS_EXECUTE", "cache")
 nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
-nb_execution_timeout = 600  # per cell; the slowest cell takes well under a minute
+# per cell: the slowest cell took under 3 minutes on the 2-core machine at a load of 8; a
+# cell that hangs (notebook 03's NUTS run has been seen to deadlock inside jaxlib's batched
+# triangular solve, see .ci/run) fails the build after this instead of hanging it
+nb_execution_timeout = 300
 nb_execution_raise_on_error = True  # a failed cell fails the build
 nb_execution_in_temp = True  # files a notebook writes stay out of the repository
 nb_merge_streams = True
