@@ -25,11 +25,12 @@ so neither the momentum nor the step-size adaptation is poisoned. This is done w
 it, and the cotangents flowing back into the factorization are masked, so the Murray
 adjoint never sees a NaN factor. ``sample``, ``scale_tril`` and ``entropy`` of a failed
 element are NaN (there is no such distribution). A ``scale_tril`` given by the user is
-used as is, like NumPyro does. (With concrete arguments, NumPyro >= 0.22 validates the
-parameters by default, so a non-PD matrix given outside ``jit`` (eagerly, even under an
-eager ``jax.grad``) raises ``ValueError`` in the constructor, as NumPyro's own class does;
-inside ``jit`` -- and so inside NUTS/HMC/SVI -- the parameters are tracers, validation is
-skipped and the ``-inf`` rule applies. Pass ``validate_args=False`` to get it eagerly.)
+used as is, like NumPyro does. (NumPyro >= 0.22 validates concrete parameters by default,
+so a non-PD matrix given as a concrete array -- eagerly, under an eager ``jax.grad``, or
+closed over inside ``jit`` -- raises ``ValueError`` in the constructor, as NumPyro's own
+class does; inside NUTS/HMC/SVI, and for any argument of a jitted function, the
+parameters are tracers, validation is skipped and the ``-inf`` rule applies. Pass
+``validate_args=False`` to get it for concrete arrays.)
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -316,6 +317,19 @@ class MultivariateNormal(Distribution):
         self._factor_cache: tuple[jax.Array, jax.Array | None] | None = None
         batch_shape = lax.broadcast_shapes(loc.shape[:-1], matrix.shape[:-2])
         super().__init__(batch_shape=batch_shape, event_shape=(n,), validate_args=validate_args)
+
+    def validate_args(self, strict: bool = True) -> None:
+        """Check the parameters' constraints; ``ValueError`` names the invalid one.
+
+        The checks of concrete parameters are evaluated eagerly also under the caller's
+        ``jit`` (NumPyro >= 0.22 does the same; 0.21 traced them and skipped them).
+
+        Args:
+            strict: raise ``RuntimeError`` for parameters that are traced (so cannot be
+                checked) instead of skipping them, as NumPyro.
+        """
+        with jax.ensure_compile_time_eval():
+            super().validate_args(strict)
 
     # ------------------------------------------------------------------ the factor
     def _get_factor(self) -> tuple[jax.Array, jax.Array | None]:
