@@ -339,17 +339,20 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             result = None
             optimized = method is not None and space.x0.size > 0
             if optimized:
-                self._check_factor(kernel0, _padded_posterior(kernel_g, X, Yn[:, 0], noise))
-                best = optimize(
-                    space,
-                    X,
-                    Yn,
-                    noise,
-                    method=method,
-                    restarts=int(self.n_restarts_optimizer),
-                    rng=check_random_state(self.random_state),
-                    max_steps=int(self.max_steps),
-                )
+                try:
+                    best = optimize(
+                        space,
+                        X,
+                        Yn,
+                        noise,
+                        method=method,
+                        restarts=int(self.n_restarts_optimizer),
+                        rng=check_random_state(self.random_state),
+                        max_steps=int(self.max_steps),
+                    )
+                except ValueError:  # gpchol.fit's non-finite start: say why, if it is that
+                    self._check_factor(kernel0, _padded_posterior(kernel_g, X, Yn[:, 0], noise))
+                    raise
                 kernel_g, theta, result = best.kernel, best.x, best.result
                 if isinstance(space, SklearnSpace):
                     _at_bounds(space, theta)

@@ -536,13 +536,16 @@ QUICK = {
     "check_set_params",
     "check_estimator_cloneable",
     "check_fit2d_1sample",
+    "check_regressor_multioutput",
 }
 """The checks run by default, on ``optimizer=None`` (each a second or two);
 ``GPCHOL_TEST_FULL=1`` runs all of them on the default estimator (L-BFGS in every fit).
 
 No check is expected to fail. scikit-learn skips two by itself here: the array-API check
 (needs ``SCIPY_ARRAY_API=1``) and the pandas check (pandas is not installed); the estimator
-declares ``multi_output=False`` (one target), so the multi-output checks do not apply.
+declares ``multi_output=True`` (``y`` of shape ``(n, t)``: one kernel shared by the
+targets) and ``requires_fit=False`` (predictions from the prior before ``fit``), as
+scikit-learn's estimator does.
 """
 
 
