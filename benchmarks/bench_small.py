@@ -9,7 +9,13 @@ Sections (one run, same inputs for every library, :mod:`benchmarks._common`):
    inputs, targets and hyperparameters) at (B, n) = (1024, 20), (256, 32), (64, 128);
 3. **batched fit**: :mod:`benchmarks.bench_batched` when it is there (B = 1000 GPs of
    n = 50 to convergence);
-4. **the command line end to end**: ``gpchol fit`` (CO2 default) in fresh processes, cold
+4. **ARD at n of a few hundred** (``ard``): ``jit(value_and_grad)`` of the negative log
+   marginal likelihood wrt (log amplitude, d log lengthscales, log white noise) of an
+   ARD ExpSquared + White GP on scikit-learn's diabetes data (n = 353, one 5-fold CV
+   fold, and 442; d = 10, standardized): gpchol's ``GaussianProcess``, plain JAX
+   (distances by ``Z Z^T``, ``jnp.linalg.cholesky`` + autodiff) and tinygp; ``--json``
+   writes the times;
+5. **the command line end to end**: ``gpchol fit`` (CO2 default) in fresh processes, cold
    and warm compilation cache, with and without the plot, against scikit-learn's fit of the
    same model in a fresh process (:mod:`benchmarks.co2_vs_sklearn`).
 
@@ -20,12 +26,13 @@ tables give the median over ``--repeats`` repeats and the ratios ``t_peer / t_gp
 
 Usage::
 
-    python -m benchmarks.bench_small [--quick] [--sections step,vmap,fit,cli]
+    python -m benchmarks.bench_small [--quick] [--sections step,vmap,ard,fit,cli] [--json F]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -140,6 +147,118 @@ def section_vmap(batches, repeats: int, chunk: float) -> None:
         print(_row(f"({B}, {n})", _interleaved(fns, repeats, chunk), libs), flush=True)
 
 
+ARD_SIZES = (353, 442)
+ARD_LIBS = ("gpchol-gp", "jax-default", "tinygp")
+#: the fixed diagonal scikit-learn's estimator adds (its ``alpha``), in every library
+ARD_ALPHA = 1e-10
+
+
+def ard_problem(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(X (n, 10), y (n,))``: scikit-learn's diabetes data, standardized (its first
+    ``n`` rows); a seeded Gaussian stand-in of the same shape without scikit-learn."""
+    try:
+        from sklearn.datasets import load_diabetes
+
+        X, y = load_diabetes(return_X_y=True)
+    except ImportError:
+        rng = np.random.default_rng(0)
+        X = rng.standard_normal((442, 10))
+        y = np.sin(X @ rng.standard_normal(10)) + 0.1 * rng.standard_normal(442)
+    X = (X - X.mean(0)) / X.std(0)
+    y = (y - y.mean()) / y.std()
+    return X[:n], y[:n]
+
+
+def ard_losses() -> dict[str, Callable]:
+    """Per library ``loss(theta, X, y)``, ``theta = (log a, log l (d,), log s)``: the
+    negative log marginal likelihood with ``K = a k_l(X, X) + (s + ARD_ALPHA) I`` (no two
+    rows of the data are equal, so White adds ``s`` on the diagonal alone)."""
+    import jax.numpy as jnp
+
+    def parts(theta):
+        return jnp.exp(theta[0]), jnp.exp(theta[1:-1]), jnp.exp(theta[-1])
+
+    def gpchol_loss(theta, X, y):
+        import gpchol
+        from gpchol import kernels
+
+        a, ls, s = parts(theta)
+        kernel = a * kernels.ExpSquared(ls) + kernels.White(s)
+        gp = gpchol.GaussianProcess(kernel, X, noise=ARD_ALPHA)
+        return -gp.log_marginal_likelihood(y)
+
+    def plain_loss(theta, X, y):
+        import jax
+
+        a, ls, s = parts(theta)
+        Z = X / ls
+        sq = jnp.sum(Z * Z, axis=1)
+        r2 = jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * Z @ Z.T, 0.0)
+        K = a * jnp.exp(-0.5 * r2) + (s + ARD_ALPHA) * jnp.eye(X.shape[0])
+        L = jnp.linalg.cholesky(K)
+        alpha = jax.scipy.linalg.cho_solve((L, True), y)
+        n = X.shape[0]
+        return 0.5 * y @ alpha + jnp.sum(jnp.log(jnp.diag(L))) + 0.5 * n * np.log(2 * np.pi)
+
+    def tinygp_loss(theta, X, y):
+        import tinygp
+
+        a, ls, s = parts(theta)
+        kernel = tinygp.transforms.Linear(1.0 / ls, a * tinygp.kernels.ExpSquared())
+        return -tinygp.GaussianProcess(kernel, X, diag=s + ARD_ALPHA).log_probability(y)
+
+    out = {"gpchol-gp": gpchol_loss, "jax-default": plain_loss}
+    try:
+        import tinygp  # noqa: F401
+
+        out["tinygp"] = tinygp_loss
+    except ImportError:
+        print("tinygp is not installed: its column is left out")
+    return out
+
+
+def section_ard(sizes, repeats: int, chunk: float, json_path: str | None) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    losses = ard_losses()
+    libs = [k for k in ARD_LIBS if k in losses]
+    print("\n== ARD ExpSquared + White, diabetes (d = 10): one value-and-gradient step ==")
+    print(_header("n", libs))
+    record: dict = {"sizes": {}, "libs": libs, "repeats": repeats}
+    for n in sizes:
+        X, y = (jnp.asarray(a) for a in ard_problem(n))
+        d = X.shape[1]
+        theta = jnp.concatenate([jnp.zeros(1), jnp.full(d, np.log(2.0)), jnp.full(1, -2.0)])
+        fns, values = {}, {}
+        for k in libs:
+            f = jax.jit(jax.value_and_grad(losses[k]))
+            values[k] = float(f(theta, X, y)[0])
+            fns[k] = lambda f=f, X=X, y=y, th=theta: jax.block_until_ready(f(th, X, y))
+        spread = max(values.values()) - min(values.values())
+        if spread > 1e-8 * abs(values["gpchol-gp"]):
+            raise AssertionError(f"the libraries' losses differ at n = {n}: {values}")
+        times = _interleaved(fns, repeats, chunk)
+        print(_row(str(n), times, libs), flush=True)
+        record["sizes"][str(n)] = {
+            "median_s": {k: statistics.median(v) for k, v in times.items()},
+            "min_s": {k: min(v) for k, v in times.items()},
+            "ratio_peer_over_gpchol": {
+                k: statistics.median(a / b for a, b in zip(times[k], times[REF], strict=True))
+                for k in libs
+                if k != REF
+            },
+            "loss": values,
+        }
+    if json_path:
+        from benchmarks._common import machine_info, versions
+
+        record.update(machine=machine_info(), versions=versions(), argv=sys.argv)
+        Path(json_path).write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {json_path}")
+    return record
+
+
 def section_fit(quick: bool) -> None:
     print("\n== batched fit ==")
     try:
@@ -209,7 +328,8 @@ def section_cli(quick: bool) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
-    ap.add_argument("--sections", default="step,vmap,fit,cli")
+    ap.add_argument("--sections", default="step,vmap,ard,fit,cli")
+    ap.add_argument("--json", default=None, help="write the ard section's times here")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--chunk", type=float, default=0.02, help="seconds per timed loop")
     args = ap.parse_args(argv)
@@ -223,6 +343,8 @@ def main(argv=None) -> int:
         section_step((20, 100) if args.quick else SIZES, repeats, args.chunk)
     if "vmap" in sections:
         section_vmap(((256, 32),) if args.quick else BATCHES, repeats, args.chunk)
+    if "ard" in sections:
+        section_ard(ARD_SIZES[:1] if args.quick else ARD_SIZES, repeats, args.chunk, args.json)
     if "fit" in sections:
         section_fit(args.quick)
     if "cli" in sections:

@@ -783,6 +783,69 @@ def test_matern_gradients_at_coincident_points_match_central_differences(x64, cl
     check_grads(lambda a: jnp.sum(W * k(a, X0)), (X0,), order=1, modes=("rev",))
 
 
+def _sqdist_grads_reference(X1, X2, ls, G, kind):
+    """float64 NumPy gradients of ``sum(G * k(X1, X2))`` in ``(ls, X1, X2)`` from the
+    difference form: ``dk/dr2`` times ``dr2`` of each coordinate."""
+    D = (X1[:, None, :] - X2[None, :, :]) / ls
+    r2 = np.sum(D**2, axis=-1)
+    if kind == "expsq":
+        dk = -0.5 * np.exp(-0.5 * r2)
+    elif kind == "m52":
+        s = np.sqrt(5.0 * r2)
+        dk = -(5.0 / 6.0) * (1.0 + s) * np.exp(-s)
+    else:  # rational quadratic, alpha = 1.5
+        dk = -0.5 * (1.0 + r2 / 3.0) ** (-2.5)
+    M = G * dk
+    g_ls = np.einsum("ij,ijk->k", M, -2.0 * D**2 / ls)
+    g_x1 = np.einsum("ij,ijk->ik", M, 2.0 * D / ls)
+    g_x2 = -np.einsum("ij,ijk->jk", M, 2.0 * D / ls)
+    return g_ls, g_x1, g_x2
+
+
+@pytest.mark.parametrize("kind", ["expsq", "m52", "rq"])
+@pytest.mark.parametrize(("dtype", "rtol"), [(np.float64, 1e-10), (np.float32, 2e-4)])
+def test_distance_rule_gradients_match_difference_form_far_from_zero(rng, kind, dtype, rtol):
+    # The stationary kernels' r^2 is differentiated through an expanded (matrix-product)
+    # rule; inputs near 1990 (years) with spreads of a few units check that its centring
+    # keeps it as accurate as the difference form, in every argument.
+    d = 4
+    X1 = 1990.0 + 5.0 * rng.normal(size=(9, d))
+    X2 = 1990.0 + 5.0 * rng.normal(size=(6, d))
+    X2[:2] = X1[[4, 0]]  # zero distances
+    ls = rng.uniform(2.0, 6.0, size=d)
+    G = rng.normal(size=(9, 6))
+    make = {
+        "expsq": lambda l: kern.ExpSquared(l),
+        "m52": lambda l: kern.Matern52(l),
+        "rq": lambda l: kern.RationalQuadratic(l, alpha=1.5),
+    }[kind]
+    with jax.enable_x64(dtype == np.float64):
+
+        def f(l, a, b):
+            return jnp.sum(jnp.asarray(G, dtype) * make(l)(a, b))
+
+        args = [jnp.asarray(v, dtype) for v in (ls, X1, X2)]
+        got = jax.jit(jax.grad(f, argnums=(0, 1, 2)))(*args)
+    want = _sqdist_grads_reference(X1, X2, ls, G, kind)
+    for g, w, name in zip(got, want, ("lengthscale", "X1", "X2"), strict=True):
+        scale = np.max(np.abs(w))
+        np.testing.assert_allclose(
+            np.asarray(g, np.float64), w, rtol=0, atol=rtol * scale, err_msg=name
+        )
+
+
+def test_distance_rule_second_derivatives_match_finite_differences(x64, rng):
+    # Hessian-vector products (e.g. a Laplace approximation) differentiate the rule itself
+    X1 = rng.normal(size=(6, 3))
+    X2 = rng.normal(size=(4, 3))
+    W = rng.normal(size=(6, 4))
+
+    def f(ls, a):
+        return jnp.sum(W * kern.ExpSquared(ls)(a, X2))
+
+    check_grads(f, (jnp.asarray([0.8, 1.1, 1.7]), jnp.asarray(X1)), order=2, modes=("fwd", "rev"))
+
+
 # ---------------------------------------------------------------- jit, vmap, dtypes
 
 

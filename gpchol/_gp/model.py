@@ -68,6 +68,7 @@ from gpchol._linalg.gaussian import (
     GaussianRule,
     gaussian_factor,
     gaussian_loglik,
+    is_symbolic_zero,
 )
 from gpchol._linalg.status import raise_if_failed
 from gpchol._routing import cholesky_with_status
@@ -152,8 +153,24 @@ def padded_rows_as_identity(
     return jnp.where(real, K, on_diagonal.astype(K.dtype))
 
 
-# Up to this n the contraction <W, dK> takes the whole tangent at once (see contract).
+# Up to this n the contraction <W, dK> takes the whole tangent at once (see contract);
+# up to _WHOLE_FEW_MAX_N too when few parameter arrays are differentiated.
 _WHOLE_MAX_N = 256
+_WHOLE_FEW_MAX_N = 512
+_WHOLE_FEW_LEAVES = 5
+
+
+def _whole_contraction(n: int, live: int) -> bool:
+    """Whether :meth:`_GPCovariance.contract` takes the whole ``(n, n)`` tangent at once.
+
+    Each differentiated parameter array costs the whole form one reduction over an
+    ``n x n`` cotangent (a vector lengthscale of a stationary kernel one matrix product),
+    which the tiled form does in cache: so the whole form is taken at small ``n``, and up
+    to ``_WHOLE_FEW_MAX_N`` for a GP with few parameter arrays (an ARD kernel with an
+    amplitude and a noise), where the tiles' loop costs more than the passes it saves.
+    benchmarks/results/ has the measurements.
+    """
+    return n <= _WHOLE_MAX_N or (n <= _WHOLE_FEW_MAX_N and live <= _WHOLE_FEW_LEAVES)
 
 
 def _contraction_tile(n: int) -> int:
@@ -203,14 +220,32 @@ class _GPCovariance:
         at a time. The last tile row and column are shifted back to fit (tiles are equal),
         and their overlap with the previous ones is masked.
         """
-        gp, gp_dot = self.gp, source_dot.gp
         dtype = alpha.dtype
-        n = gp.X.shape[0]
-        if n <= _WHOLE_MAX_N:
-            # One block (small n): the whole tangent at once, no loop. At n <= 256 the
-            # step's cost is its number of operations, and the scan, remat and masking
-            # below only add to it (same numbers, same n x n buffer).
-            _, Kd = jax.jvp(lambda g: _gp_tile(g, 0, 0, n, n), (gp,), (gp_dot,))
+        n = self.gp.X.shape[0]
+        # Only the differentiated leaves are pushed forward (the inputs X usually are
+        # not): the kernels' rules then see the others as symbolic zeros and skip them.
+        dots, treedef = jax.tree.flatten(source_dot.gp, is_leaf=is_symbolic_zero)
+        leaves = treedef.flatten_up_to(self.gp)  # type: ignore[attr-defined]
+        live = [i for i, t in enumerate(dots) if not is_symbolic_zero(t)]
+        if not live:
+            return jnp.zeros((), dtype)
+        primals = tuple(leaves[i] for i in live)
+        tangents = tuple(dots[i] for i in live)
+
+        def tile_tangent(r0: Any, c0: Any, rows: int, cols: int) -> jax.Array:
+            def tile(*values: jax.Array) -> jax.Array:
+                full = list(leaves)
+                for i, v in zip(live, values, strict=True):
+                    full[i] = v
+                return _gp_tile(jax.tree.unflatten(treedef, full), r0, c0, rows, cols)
+
+            return jax.jvp(tile, primals, tangents)[1]
+
+        if _whole_contraction(n, len(live)):
+            # One block: the whole tangent at once, no loop. At small n the step's cost
+            # is its number of operations, and the scan, remat and masking below only
+            # add to it (same numbers, same n x n buffer).
+            Kd = tile_tangent(0, 0, n, n)
             W = 0.5 * (alpha[:, None] * alpha[None, :] - kinv)
             return jnp.sum(W * Kd.astype(dtype))
         t = _contraction_tile(n)
@@ -222,7 +257,7 @@ class _GPCovariance:
             i, j = ij
             r0 = jnp.minimum(i * t, n - t)  # the last tile is shifted back ...
             c0 = jnp.minimum(j * t, n - t)
-            _, Kd = jax.jvp(lambda g: _gp_tile(g, r0, c0, t, t), (gp,), (gp_dot,))
+            Kd = tile_tangent(r0, c0, t, t)
             keep = (r0 + idx >= i * t)[:, None] & (c0 + idx >= j * t)[None, :]  # ... masked
             a_r = jax.lax.dynamic_slice_in_dim(alpha, r0, t)
             a_c = jax.lax.dynamic_slice_in_dim(alpha, c0, t)

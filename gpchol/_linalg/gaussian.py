@@ -17,9 +17,11 @@ says (any pytree with two methods):
   its diagonal). It is called again to locate a failed pivot, so a source that builds
   ``K`` on the fly (the GP) never keeps it alive;
 * ``contract(source_dot, alpha, kinv) -> <W, dK>`` with ``source_dot`` the source's
-  tangent: a dense matrix contracts the whole ``dK`` (:class:`DenseCovariance`), the GP
-  re-evaluates its kernel by tiles of the lower triangle so that no ``n x n`` kernel intermediate is
-  stored (``gpchol._gp``).
+  tangent, its leaves that are not differentiated left as symbolic zeros (see
+  :func:`is_symbolic_zero`): a dense matrix contracts the whole ``dK``
+  (:class:`DenseCovariance`), the GP re-evaluates its kernel (by tiles of the lower
+  triangle at larger ``n``, so that no ``n x n`` kernel intermediate is stored;
+  ``gpchol._gp``).
 
 On the CPU with gpchol's compiled handlers the factorization and the two solves are one
 LAPACK call at every ``n`` (its ``info`` is the status: no search), and ``K^-1`` is LAPACK
@@ -128,7 +130,7 @@ class DenseCovariance:
 
     def contract(self, source_dot: DenseCovariance, alpha: jax.Array, kinv: jax.Array) -> jax.Array:
         """``<W, dK> = alpha^T dK alpha / 2 - <K^-1, dK> / 2`` (``W`` never formed)."""
-        dK = source_dot.cov
+        dK = _instantiate(source_dot).cov
         quad = jnp.einsum("...i,...ij,...j->...", alpha, dK, alpha)
         return 0.5 * quad - 0.5 * jnp.sum(kinv * dK, axis=(-2, -1))
 
@@ -319,7 +321,7 @@ def _gaussian_loglik_jvp(
     if not all(is_symbolic_zero(z) for z in jax.tree.leaves(source_dot, is_leaf=is_symbolic_zero)):
         nb = rule.nb or default_tile_size(L.shape[-1], L.dtype)
         kinv = inverse_from_factor(L, nb)
-        out = out + source.contract(_instantiate(source_dot), alpha, kinv).astype(out.dtype)
+        out = out + source.contract(source_dot, alpha, kinv).astype(out.dtype)
     if rule.guarded:
         out = jnp.where(status == 0, out, 0.0)
     float0 = np.zeros(status.shape, jax.dtypes.float0)
