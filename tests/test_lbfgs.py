@@ -239,3 +239,62 @@ def test_fixed_learning_rate_converges(rng: np.random.Generator):
 def test_bad_settings(kwargs: dict[str, int], match: str):
     with pytest.raises(ValueError, match=match):
         LBFGS(**kwargs)
+
+
+# ------------------------------------------------------------------ host-driven search
+
+
+def _rosenbrock(u: jax.Array) -> jax.Array:
+    return jnp.sum(100.0 * (u[1:] - u[:-1] ** 2) ** 2 + (1.0 - u[:-1]) ** 2)
+
+
+def _log_barrier(u: jax.Array) -> jax.Array:
+    return jnp.sum(-jnp.log(1.0 - u) + 2.0 * u**2 - 3.0 * u)
+
+
+def _nan_gradient(u: jax.Array) -> jax.Array:
+    return jnp.sum(jnp.where(u < 0.98, (u - 0.95) ** 2 + 0.0 * jnp.sqrt(0.98 - u), -1.0))
+
+
+@pytest.mark.parametrize(
+    "loss, u0, steps",
+    [
+        (_rosenbrock, [-1.2, 1.0, -0.5, 0.3], 60),
+        (_log_barrier, [-3.0], 30),  # trials into the NaN region are backtracked
+        (_nan_gradient, [0.0], 8),  # a finite value with a NaN gradient is no decrease
+        (lambda u: jnp.sum(jnp.log(u)), [-1.0, 2.0], 2),  # a non-finite start
+    ],
+)
+def test_host_driven_step_takes_the_compiled_steps(loss: Any, u0: list, steps: int):
+    # the same algorithm cut at the evaluations: the same iterates, states and values
+    opt = LBFGS()
+    compiled = jax.jit(opt.make_step(loss))
+    host = opt.host_step(jax.jit(lambda x, data: jax.value_and_grad(loss)(x)))
+    u = v = jnp.asarray(u0)
+    s = t = opt.init(u)
+    for _ in range(steps):
+        u, s, fu, oku = compiled(u, s)
+        v, t, fv, okv = host(v, t, None)
+        np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+        np.testing.assert_array_equal(float(fu), float(fv))
+        assert bool(oku) == bool(okv)
+        for a, b in zip(s, t, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_host_driven_search_compiles_once_per_parameter_count():
+    from tests.helpers import backend_compiles
+
+    opt = LBFGS()
+    u0 = jnp.linspace(-1.0, 1.0, 5)
+
+    def run(loss: Any) -> None:
+        step = opt.host_step(jax.jit(lambda x, data: jax.value_and_grad(loss)(x)))
+        u, s = u0, opt.init(u0)
+        for _ in range(5):
+            u, s, _, _ = step(u, s, None)
+
+    run(lambda u: jnp.sum((u - 0.3) ** 2))
+    # a second loss of the same parameter count: only its value and gradient compile
+    names = backend_compiles(lambda: run(lambda u: jnp.sum(jnp.cosh(u - 0.1))))
+    assert len(names) == 1, names

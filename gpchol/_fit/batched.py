@@ -576,7 +576,7 @@ def fit_batched(
         return unconstrained_loss(lambda p: build(p, Xb), yb, transforms)
 
     run = _make_runner(
-        lambda loss: make_step(opt, loss),
+        lambda loss: make_step(opt, loss, traceable=True),
         loss_for,
         transforms,
         steps=int(steps),

@@ -54,6 +54,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -290,67 +291,205 @@ class LBFGS:
         def step(u: Any, st: LBFGSState) -> tuple[Any, LBFGSState, jax.Array, jax.Array]:
             x, unravel = ravel_pytree(u)
             x = x.astype(st.x.dtype)
-            dt = x.dtype
-            zero = jnp.zeros((), dt)
-            cached = st.known & jnp.all(st.x == x)
-            inf = jnp.full((), jnp.inf, dt)
-            # without a cached evaluation, the first pass evaluates x itself (t = 0, d = 0)
-            c0: dict[str, Any] = {
-                "stage": jnp.where(cached, _BRACKET, _EVAL0).astype(jnp.int32),
-                "it": jnp.zeros((), jnp.int32),
-                "t": jnp.where(cached, 1.0, 0.0).astype(dt),
-                "f0": st.value,
-                "g0": st.grad,
-                "need_direction": cached,
-                "d": jnp.zeros_like(x),
-                "slope0": -jnp.ones((), dt),
-                "cleared": jnp.zeros((), bool),
-                "lo": (zero, st.value, zero),
-                "hi": (zero, inf, zero),
-                "safe": (zero, inf, x, st.grad),
-                "out": (zero, st.value, x, st.grad),
-                "ok": jnp.zeros((), bool),
-            }
-
-            def cond(c: dict[str, Any]) -> jax.Array:
-                return (c["stage"] != _DONE) & (c["it"] < max_evals + 1)
 
             def body(c: dict[str, Any]) -> dict[str, Any]:
-                # the direction, once g0 is known: in one place of the program, and run
-                # only at the first trial of a step (under vmap, cond runs both branches)
-                c = jax.lax.cond(
-                    c["need_direction"], lambda c: _with_direction(c, st), lambda c: c, c
-                )
-                xt = x + c["t"] * c["d"]
+                c, xt = _trial(c, st, x)
                 f, gt = value_and_grad(unravel(xt))
-                f = f.astype(dt)
-                g = ravel_pytree(gt)[0].astype(dt)
-                finite = jnp.isfinite(f) & jnp.all(jnp.isfinite(g))
-                return jax.lax.cond(
-                    c["stage"] == _EVAL0,
-                    lambda c: _after_first(c, f, g, finite),
-                    lambda c: _after_trial(c, xt, f, g, finite, max_evals),
-                    c,
-                )
+                return _update(c, xt, f, ravel_pytree(gt)[0], max_evals)
 
-            c = jax.lax.while_loop(cond, body, c0)
-            # accepted; else the lowest trial with sufficient decrease; else no move
-            use_safe = ~c["ok"] & (c["safe"][0] > 0)
-            moved = c["ok"] | use_safe
-            _, f_fin, x_fin, g_fin = jax.tree_util.tree_map(
-                lambda a, b: jnp.where(c["ok"], a, b), c["out"], c["safe"]
-            )
-            x_new = jnp.where(moved, x_fin, x)
-            f_new = jnp.where(moved, f_fin, c["f0"])
-            g_new = jnp.where(moved, g_fin, c["g0"])
-            grad_ok = jnp.all(jnp.isfinite(c["g0"]))
-            st = st._replace(n_pairs=jnp.where(c["cleared"] | ~moved, 0, st.n_pairs))
-            st = _push(st, x_new - x, g_new - c["g0"], moved)
-            known = jnp.isfinite(c["f0"]) & grad_ok
-            st = st._replace(x=x_new, value=f_new, grad=g_new, known=known)
-            return unravel(x_new), st, c["f0"], grad_ok
+            c = jax.lax.while_loop(lambda c: _running(c, max_evals), body, _start(x, st))
+            x_new, st, f0, grad_ok = _finish(c, st, x)
+            return unravel(x_new), st, f0, grad_ok
 
         return step
+
+    # ------------------------------------------------------------ host-driven search
+
+    def host_step(
+        self,
+        value_and_grad: Callable[[jax.Array, Any], tuple[jax.Array, jax.Array]],
+        unravel: Callable[[jax.Array], Any] | None = None,
+    ) -> Callable[[Any, LBFGSState, Any], tuple[Any, LBFGSState, jax.Array, jax.Array]]:
+        """The line-search step driven from Python around a compiled value and gradient.
+
+        The same algorithm as :meth:`make_step`'s, cut at the evaluations: the line
+        search's bookkeeping is three small compiled programs that depend only on the
+        number of parameters ``P`` (and the dtype, memory and evaluation limit), shared by
+        every loss in the process, and the loss is compiled alone. A new model structure
+        then compiles its value and gradient only, not the line search around it again.
+        The price is one host synchronisation per evaluation (reading whether the search
+        is done), small next to a loss that is worth compiling.
+
+        Args:
+            value_and_grad: ``(x (P,), data) -> (loss (), gradient (P,))``, compiled by
+                the caller, over the flattened parameters ``x``.
+            unravel: ``x (P,) -> params``, compiled by the caller (one call instead of
+                a few eager operations per step); ``None``: the parameters' own, eager.
+
+        Returns:
+            ``(params, state, data) -> (new params, new state, loss at params, gradient
+            finite)``, as :meth:`make_step`'s step with ``data`` passed to the loss.
+            Not to be traced (it loops in Python).
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> from gpchol._fit.lbfgs import LBFGS
+            >>> opt = LBFGS()
+            >>> vg = jax.jit(jax.value_and_grad(lambda x, c: jnp.sum((x - c) ** 2)))
+            >>> step = opt.host_step(vg)
+            >>> u, s = jnp.zeros(2), opt.init(jnp.zeros(2))
+            >>> for _ in range(5):
+            ...     u, s, value, finite = step(u, s, jnp.asarray([1.0, -2.0]))
+            >>> [round(float(v), 6) for v in u]
+            [1.0, -2.0]
+        """
+        max_evals = self.max_evaluations
+        # the flat parameters of the last step's result: the next step, given them back,
+        # does not flatten them again (eager concatenations)
+        last: dict[str, Any] = {}
+
+        def flat(u: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
+            leaves = jax.tree_util.tree_leaves(u)
+            mine = last.get("leaves")
+            if mine is not None and len(mine) == len(leaves):
+                if all(a is b for a, b in zip(mine, leaves, strict=True)):
+                    return last["x"], last["unravel"]
+            return ravel_pytree(u)
+
+        def step(u: Any, st: LBFGSState, data: Any) -> tuple[Any, LBFGSState, jax.Array, jax.Array]:
+            x, own = flat(u)
+            back = own if unravel is None else unravel
+            # the first call starts the search (the carry passed in only gives its
+            # structure); each next one takes an evaluation. The result is the step's
+            # outcome as of the last evaluation, read once the search stops.
+            c, xt, running, out = _host_search(
+                _blank(x, st), st, x, x, st.value, st.grad, True, max_evals
+            )
+            while bool(running):
+                f, g = value_and_grad(xt, data)
+                c, xt, running, out = _host_search(c, st, x, xt, f, g, False, max_evals)
+            x_new, st, f0, grad_ok = out
+            u_new = back(x_new)
+            last.update(leaves=jax.tree_util.tree_leaves(u_new), x=x_new, unravel=own)
+            return u_new, st, f0, grad_ok
+
+        return step
+
+
+def _start(x: jax.Array, st: LBFGSState) -> dict[str, Any]:
+    """The line search's carry at ``x``: without a cached evaluation of ``x`` in the state,
+    the first pass evaluates ``x`` itself (``t = 0``, ``d = 0``)."""
+    dt = x.dtype
+    zero = jnp.zeros((), dt)
+    cached = st.known & jnp.all(st.x == x)
+    inf = jnp.full((), jnp.inf, dt)
+    return {
+        "stage": jnp.where(cached, _BRACKET, _EVAL0).astype(jnp.int32),
+        "it": jnp.zeros((), jnp.int32),
+        "t": jnp.where(cached, 1.0, 0.0).astype(dt),
+        "f0": st.value,
+        "g0": st.grad,
+        "need_direction": cached,
+        "d": jnp.zeros_like(x),
+        "slope0": -jnp.ones((), dt),
+        "cleared": jnp.zeros((), bool),
+        "lo": (zero, st.value, zero),
+        "hi": (zero, inf, zero),
+        "safe": (zero, inf, x, st.grad),
+        "out": (zero, st.value, x, st.grad),
+        "ok": jnp.zeros((), bool),
+    }
+
+
+def _running(c: dict[str, Any], max_evals: int) -> jax.Array:
+    return (c["stage"] != _DONE) & (c["it"] < max_evals + 1)
+
+
+def _trial(c: dict[str, Any], st: LBFGSState, x: jax.Array) -> tuple[dict[str, Any], jax.Array]:
+    """The carry with its direction (computed once ``g0`` is known, in one place of the
+    program, and only at a step's first trial: under vmap a cond runs both branches) and
+    the next point to evaluate."""
+    c = jax.lax.cond(c["need_direction"], lambda c: _with_direction(c, st), lambda c: c, c)
+    return c, x + c["t"] * c["d"]
+
+
+def _update(
+    c: dict[str, Any], xt: jax.Array, f: jax.Array, g: jax.Array, max_evals: int
+) -> dict[str, Any]:
+    """The carry after the evaluation ``(f, g)`` at ``xt``."""
+    dt = xt.dtype
+    f, g = f.astype(dt), g.astype(dt)
+    finite = jnp.isfinite(f) & jnp.all(jnp.isfinite(g))
+    return jax.lax.cond(
+        c["stage"] == _EVAL0,
+        lambda c: _after_first(c, f, g, finite),
+        lambda c: _after_trial(c, xt, f, g, finite, max_evals),
+        c,
+    )
+
+
+def _finish(
+    c: dict[str, Any], st: LBFGSState, x: jax.Array
+) -> tuple[jax.Array, LBFGSState, jax.Array, jax.Array]:
+    """``(new x, new state, loss at x, gradient finite)`` once the search has stopped: the
+    accepted trial; else the lowest trial with sufficient decrease; else no move."""
+    use_safe = ~c["ok"] & (c["safe"][0] > 0)
+    moved = c["ok"] | use_safe
+    _, f_fin, x_fin, g_fin = jax.tree_util.tree_map(
+        lambda a, b: jnp.where(c["ok"], a, b), c["out"], c["safe"]
+    )
+    x_new = jnp.where(moved, x_fin, x)
+    f_new = jnp.where(moved, f_fin, c["f0"])
+    g_new = jnp.where(moved, g_fin, c["g0"])
+    grad_ok = jnp.all(jnp.isfinite(c["g0"]))
+    st = st._replace(n_pairs=jnp.where(c["cleared"] | ~moved, 0, st.n_pairs))
+    st = _push(st, x_new - x, g_new - c["g0"], moved)
+    known = jnp.isfinite(c["f0"]) & grad_ok
+    st = st._replace(x=x_new, value=f_new, grad=g_new, known=known)
+    return x_new, st, c["f0"], grad_ok
+
+
+# The host-driven search's programs: jitted once per process for each (P, dtype, memory,
+# evaluation limit), whatever the loss.
+
+
+def _blank(x: jax.Array, st: LBFGSState) -> dict[str, Any]:
+    """A carry of the search's structure for ``x`` and ``st`` (its values unused), made
+    once per (``P``, dtype, memory) in a process and reused."""
+    key = (x.shape, jnp.dtype(st.x.dtype), st.rho.shape)
+    c = _BLANKS.get(key)
+    if c is None:
+        c = _BLANKS[key] = _start_jit(x, st)
+    return c
+
+
+_BLANKS: dict[Any, dict[str, Any]] = {}
+
+
+@jax.jit
+def _start_jit(x: jax.Array, st: LBFGSState) -> dict[str, Any]:
+    return _start(x.astype(st.x.dtype), st)
+
+
+@partial(jax.jit, static_argnums=(7,))
+def _host_search(
+    c: dict[str, Any],
+    st: LBFGSState,
+    x: jax.Array,
+    xt: jax.Array,
+    f: jax.Array,
+    g: jax.Array,
+    fresh: Any,
+    max_evals: int,
+) -> tuple[dict[str, Any], jax.Array, jax.Array, Any]:
+    """One turn of the host-driven search: start it (``fresh``) or take the evaluation
+    ``(f, g)`` at ``xt``; then the outcome so far, and the next trial."""
+    x = x.astype(st.x.dtype)
+    c = jax.lax.cond(fresh, lambda c: _start(x, st), lambda c: _update(c, xt, f, g, max_evals), c)
+    running = _running(c, max_evals)
+    out = _finish(c, st, x)
+    c, xt = _trial(c, st, x)
+    return c, xt, running, out
 
 
 def _push(st: LBFGSState, s: jax.Array, y: jax.Array, use: jax.Array) -> LBFGSState:

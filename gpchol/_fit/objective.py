@@ -25,6 +25,7 @@ from typing import Any, TypeAlias
 import jax
 import jax.numpy as jnp
 import optax
+from jax.flatten_util import ravel_pytree
 
 from gpchol._base.transforms import to_constrained
 from gpchol._fit.lbfgs import LBFGS
@@ -34,6 +35,7 @@ from gpchol.means import Mean
 __all__ = [
     "Optimizer",
     "StepFn",
+    "data_step_fn",
     "default_transforms",
     "make_optimizer",
     "make_step",
@@ -172,7 +174,9 @@ def _all_finite(tree: Any) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
-def make_step(opt: Optimizer, loss: Callable[[Any], jax.Array], *, jit: bool = True) -> StepFn:
+def make_step(
+    opt: Optimizer, loss: Callable[[Any], jax.Array], *, jit: bool = True, traceable: bool = False
+) -> StepFn:
     """One optimiser step: the loss and its gradient, then the update.
 
     Args:
@@ -181,13 +185,64 @@ def make_step(opt: Optimizer, loss: Callable[[Any], jax.Array], *, jit: bool = T
         loss: ``u -> scalar loss``.
         jit: jit the loss and the step (``False``: the caller traces the step inside its
             own program, with a loss it has jitted itself).
+        traceable: with ``jit``, one compiled step that may be called inside the caller's
+            own trace (``False``: L-BFGS's line search is driven from Python around the
+            compiled loss, see :func:`data_step_fn`).
 
     Returns:
         A :data:`StepFn`.
     """
     if not jit:
         return _step(opt, loss)
+    if _host_driven(opt) and not traceable:
+        data_step = data_step_fn(opt, lambda u, data: loss(u))
+        return lambda u, s: data_step(u, s, None)
     return jax.jit(_step(opt, jax.jit(loss)))
+
+
+def _host_driven(opt: Optimizer) -> bool:
+    return isinstance(opt, LBFGS) and opt.learning_rate is None
+
+
+def data_step_fn(
+    opt: Optimizer, loss: Callable[[Any, Any], jax.Array]
+) -> Callable[[Any, Any, Any], tuple[Any, Any, jax.Array, jax.Array]]:
+    """``(u, s, data) -> step``, the optimiser step over ``u -> loss(u, data)``, compiled.
+
+    L-BFGS's line search is driven from Python around the compiled value and gradient
+    (:meth:`~gpchol._fit.lbfgs.LBFGS.host_step`): its own programs depend on the number of
+    parameters only and are shared by every loss. Other optimisers' steps are one
+    compiled program, the loss included.
+    """
+    if not _host_driven(opt):
+        loss_j = jax.jit(loss)
+
+        def step(u: Any, s: Any, data: Any) -> Any:
+            return _step(opt, lambda v: loss_j(v, data))(u, s)
+
+        return jax.jit(step)
+    assert isinstance(opt, LBFGS)
+    programs: dict[Any, Callable[..., Any]] = {}
+
+    def host(u: Any, s: Any, data: Any) -> Any:
+        # one value-and-gradient program per parameter tree (shapes and dtypes)
+        key = (
+            jax.tree_util.tree_structure(u),
+            tuple((jnp.shape(x), jnp.result_type(x)) for x in jax.tree_util.tree_leaves(u)),
+        )
+        run = programs.get(key)
+        if run is None:
+            _, unravel = ravel_pytree(u)
+
+            def flat_loss(x: jax.Array, data: Any) -> jax.Array:
+                return loss(unravel(x), data)
+
+            run = programs[key] = opt.host_step(
+                jax.jit(jax.value_and_grad(flat_loss)), jax.jit(unravel)
+            )
+        return run(u, s, data)
+
+    return host
 
 
 def _step(opt: Optimizer, loss: Callable[[Any], jax.Array]) -> StepFn:

@@ -52,7 +52,7 @@ from gpchol._base.buckets import BUCKET_MAX_N, bucket_size
 from gpchol._base.transforms import to_constrained
 from gpchol._base.validate import input_mesh
 from gpchol._fit.batched import padded_log_marginal_likelihood
-from gpchol._fit.objective import Optimizer, StepFn, make_step
+from gpchol._fit.objective import Optimizer, StepFn, data_step_fn
 from gpchol._gp.model import GaussianProcess
 
 __all__ = [
@@ -251,16 +251,6 @@ def _lookup(key: Hashable, make: Callable[[], Callable[..., Any]]) -> Callable[.
     return fn
 
 
-def _jitted_step(opt: Optimizer, loss: Callable[[Any, Any], jax.Array]) -> Callable[..., Any]:
-    """``jit((u, s, data) -> step)``: the optimiser step over ``u -> loss(u, data)``."""
-    loss_j = jax.jit(loss)
-
-    def step(u: Any, s: Any, data: Any) -> Any:
-        return make_step(opt, lambda v: loss_j(v, data), jit=False)(u, s)
-
-    return jax.jit(step)
-
-
 def _bind(fn: Callable[..., Any], data: Any) -> StepFn:
     def step(u: Any, s: Any) -> Any:
         return fn(u, s, data)
@@ -302,7 +292,7 @@ def loss_program(
         def value(u: Any, data: Any) -> jax.Array:
             return _run(jaxpr, data, u)[0].reshape(())
 
-        return _jitted_step(opt, value)
+        return data_step_fn(opt, value)
 
     return _bind(_lookup(key, make), consts)
 
@@ -396,6 +386,6 @@ def gp_program(
                 return -padded_log_marginal_likelihood(gp, y, data[3])
             return -gp.log_marginal_likelihood(y)
 
-        return _jitted_step(opt, value)
+        return data_step_fn(opt, value)
 
     return _bind(_lookup(key, make), data)
