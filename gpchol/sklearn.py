@@ -81,7 +81,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
 from gpchol import GaussianProcess, Posterior, kernels
-from gpchol._base.buckets import bucket_size
+from gpchol._base.buckets import bucket_size, pad_rows
 from gpchol._sklearn_kernels import is_sklearn_kernel, translate
 from gpchol._sklearn_models import (
     GpcholSpace,
@@ -121,12 +121,11 @@ def _padded_posterior(kernel: Any, X: np.ndarray, y: np.ndarray, noise: np.ndarr
     conditioning and prediction programs. Call inside ``jax.enable_x64(True)``."""
     n = X.shape[0]
     size = bucket_size(n)
-    pad = size - n
-    Xp = np.concatenate([X, np.repeat(X[:1], pad, axis=0)]) if n else X
-    yp = np.concatenate([y, np.zeros(pad)])
-    noise_p = np.concatenate([noise, np.ones(pad)]) if noise.shape == (n,) else noise
+    Xp = pad_rows(X, size, X[0]) if n else X
+    yp = pad_rows(y, size, 0.0)
+    noise_p = pad_rows(noise, size, 1.0) if noise.shape == (n,) else noise
     gp = GaussianProcess(kernel, jnp.asarray(Xp), noise=jnp.asarray(noise_p))
-    if pad:
+    if size > n:
         gp = gp.with_mask(jnp.asarray(np.arange(size) < n))
     return gp.condition(jnp.asarray(yp))
 

@@ -13,7 +13,11 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["BUCKET_MAX_N", "bucket_size"]
+from typing import Any
+
+import numpy as np
+
+__all__ = ["BUCKET_MAX_N", "bucket_size", "pad_rows"]
 
 #: Above this size arrays are not padded: the compile is then a small part of the work,
 #: and a padded row costs more than it saves.
@@ -42,3 +46,31 @@ def bucket_size(n: int, bucket: bool | int = True) -> int:
     else:
         step = int(bucket)
     return -(-n // step) * step
+
+
+def pad_rows(a: Any, size: int, fill: Any) -> np.ndarray:
+    """``a`` with copies of the row ``fill`` appended up to ``size`` rows (host arrays).
+
+    The one way padded training rows are made (the fit programs, the estimator): the
+    inputs padded with their first row (finite, and a distance the kernels know), a
+    per-point noise with ones, the targets with zeros; the mask then leaves them out.
+
+    Args:
+        a: ``(n, ...)``.
+        size: the rows wanted, ``>= n``.
+        fill: one row, broadcast to ``a.shape[1:]``.
+
+    Returns:
+        ``(size, ...)``, ``a``'s dtype.
+
+    Example:
+        >>> from gpchol._base.buckets import pad_rows
+        >>> pad_rows(np.array([[1.0, 2.0]]), 3, [1.0, 2.0]).tolist()
+        [[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]]
+    """
+    a = np.asarray(a)
+    pad = size - a.shape[0]
+    if pad <= 0:
+        return a
+    row = np.broadcast_to(np.asarray(fill, a.dtype), (1, *a.shape[1:]))
+    return np.concatenate([a, np.repeat(row, pad, axis=0)])

@@ -48,7 +48,7 @@ import jax.extend.core as jex
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh
 
-from gpchol._base.buckets import BUCKET_MAX_N, bucket_size
+from gpchol._base.buckets import BUCKET_MAX_N, bucket_size, pad_rows
 from gpchol._base.transforms import to_constrained
 from gpchol._base.validate import input_mesh
 from gpchol._fit.batched import padded_log_marginal_likelihood
@@ -366,10 +366,8 @@ def gp_program(
         for j, i in enumerate(fixed_at):
             if i in row_data:
                 f = np.asarray(fixed[j])
-                fill = f[:1] if i == x_at else np.ones((1,), f.dtype)
-                fixed[j] = np.concatenate([f, np.repeat(fill, size - n, axis=0)])
-    y_pad = np.zeros((size,), y.dtype)
-    y_pad[:n] = y
+                fixed[j] = pad_rows(f, size, f[0] if i == x_at else 1.0)
+    y_pad = pad_rows(y, size, 0.0)
     data: tuple[Any, ...] = (consts, tuple(fixed), y_pad)
     if can_pad:
         data += (np.arange(size) < n,)
