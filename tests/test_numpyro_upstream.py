@@ -143,8 +143,23 @@ def test_numpyro_test_distributions_on_gpchol_multivariate_normal(tmp_path):
     marker, report = tmp_path / "marker.json", tmp_path / "report.xml"
     env = dict(os.environ, JAX_ENABLE_X64="1", GPCHOL_UPSTREAM_MARKER=str(marker))
     env.pop("XLA_FLAGS", None)  # this suite's 8 simulated devices; NumPyro's runs on one
+    # a fresh session: not an xdist worker (pytest-benchmark, where installed, reads these
+    # and turned its "xdist is active" warning into an error under the upstream filters)
+    for name in [k for k in env if k.startswith("PYTEST_")]:
+        env.pop(name)
     cmd = [sys.executable, "-m", "pytest", "test/test_distributions.py", "-k", SELECT]
-    cmd += ["-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=", "-q", "--color=no"]
+    cmd += [
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        "-p",
+        "no:benchmark",
+        "-o",
+        "addopts=",
+        "-q",
+        "--color=no",
+    ]
     cmd += [f"--junitxml={report}"]
     p = subprocess.run(cmd, cwd=top, env=env, capture_output=True, text=True, timeout=900)
     log = (p.stdout + p.stderr)[-4000:]

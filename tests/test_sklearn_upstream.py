@@ -114,7 +114,22 @@ def test_scikit_learns_gpr_tests_pass_on_gpchols_estimator(tmp_path: Path) -> No
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("XLA_FLAGS", None)  # one CPU device, as a user's process
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
+    # a fresh session: not an xdist worker (pytest-benchmark, where installed, reads these
+    # and turned its "xdist is active" warning into an error under the upstream filters)
+    for name in [k for k in env if k.startswith("PYTEST_")]:
+        env.pop(name)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        "-p",
+        "no:benchmark",
+        "-q",
+    ]
     cmd += ["-o", "addopts=", "--junitxml", str(report), str(copy)]
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
     log = (p.stdout + p.stderr)[-6000:]

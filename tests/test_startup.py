@@ -143,8 +143,10 @@ def test_one_compiled_step_across_restarts(rng, optimizer) -> None:
     names = backend_compiles(
         lambda: gpchol.fit(build, p0, y, optimizer=optimizer, steps=3, restarts=2, progress=False)
     )
-    # the step is compiled once for all three starts (no retrace between restarts)
-    assert names.count("jit(step)") == 1, names
+    # the step is compiled once for all three starts (no retrace between restarts): Adam's
+    # one program; L-BFGS's value and gradient (its line search is driven from Python)
+    main = "jit(step)" if optimizer == "adam" else "jit(flat_loss)"
+    assert names.count(main) == 1, names
 
 
 def test_import_loads_no_heavy_optional_module() -> None:
