@@ -51,3 +51,14 @@ def backend_compiles(run) -> list[str]:
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
     return names
+
+
+#: pytest options of an upstream suite run in a subprocess: its own session, without this
+#: suite's cache, xdist or pytest-benchmark (where installed, it read the xdist worker's
+#: variables and turned its "xdist is active" warning into an error under upstream filters)
+FRESH_PYTEST_ARGS = ("-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:benchmark")
+
+
+def fresh_pytest_env(env: dict) -> dict:
+    """``env`` without the ``PYTEST_*`` variables of this (possibly xdist worker) session."""
+    return {k: v for k, v in env.items() if not k.startswith("PYTEST_")}

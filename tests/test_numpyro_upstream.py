@@ -31,6 +31,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from helpers import FRESH_PYTEST_ARGS, fresh_pytest_env
 
 numpyro = pytest.importorskip("numpyro")
 
@@ -143,18 +144,10 @@ def test_numpyro_test_distributions_on_gpchol_multivariate_normal(tmp_path):
     marker, report = tmp_path / "marker.json", tmp_path / "report.xml"
     env = dict(os.environ, JAX_ENABLE_X64="1", GPCHOL_UPSTREAM_MARKER=str(marker))
     env.pop("XLA_FLAGS", None)  # this suite's 8 simulated devices; NumPyro's runs on one
-    # a fresh session: not an xdist worker (pytest-benchmark, where installed, reads these
-    # and turned its "xdist is active" warning into an error under the upstream filters)
-    for name in [k for k in env if k.startswith("PYTEST_")]:
-        env.pop(name)
+    env = fresh_pytest_env(env)
     cmd = [sys.executable, "-m", "pytest", "test/test_distributions.py", "-k", SELECT]
     cmd += [
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:xdist",
-        "-p",
-        "no:benchmark",
+        *FRESH_PYTEST_ARGS,
         "-o",
         "addopts=",
         "-q",

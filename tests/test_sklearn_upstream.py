@@ -28,6 +28,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from helpers import FRESH_PYTEST_ARGS, fresh_pytest_env
 
 pytest.importorskip("sklearn")
 
@@ -114,20 +115,12 @@ def test_scikit_learns_gpr_tests_pass_on_gpchols_estimator(tmp_path: Path) -> No
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("XLA_FLAGS", None)  # one CPU device, as a user's process
-    # a fresh session: not an xdist worker (pytest-benchmark, where installed, reads these
-    # and turned its "xdist is active" warning into an error under the upstream filters)
-    for name in [k for k in env if k.startswith("PYTEST_")]:
-        env.pop(name)
+    env = fresh_pytest_env(env)
     cmd = [
         sys.executable,
         "-m",
         "pytest",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:xdist",
-        "-p",
-        "no:benchmark",
+        *FRESH_PYTEST_ARGS,
         "-q",
     ]
     cmd += ["-o", "addopts=", "--junitxml", str(report), str(copy)]
