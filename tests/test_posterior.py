@@ -169,15 +169,15 @@ def test_samples_of_f_and_y(problem, include_noise):
 
 
 def test_jit_once_per_shape(problem):
-    mod = posterior_module
+    program = posterior_module.core.predict_program  # the posterior core's jitted program
 
     X, y, Xs = problem
     post = gp_of(X).condition(y)
     post.mean_and_variance(Xs, block_size=7)
-    before = mod._predict._cache_size()
+    before = program._cache_size()
     post2 = gp_of(X).condition(y + 1.0)  # new values, same shapes: no new trace
     post2.mean_and_variance(Xs + 0.5, block_size=7)
-    assert mod._predict._cache_size() == before
+    assert program._cache_size() == before
 
 
 def test_vmap_and_jit_of_predictions(problem):

@@ -75,7 +75,6 @@ from gpchol._base.validate import (
     input_mesh,
     is_concrete,
 )
-from gpchol._gp.posterior import gaussian_samples, sample_count
 from gpchol._linalg.backends import resolve_backend, tile_for
 from gpchol._linalg.blocks import default_tile_size, trsm
 from gpchol._linalg.gaussian import (
@@ -86,6 +85,7 @@ from gpchol._linalg.gaussian import (
     gaussian_value,
 )
 from gpchol._linalg.inverse import inverse_from_factor
+from gpchol._linalg.posterior_core import gaussian_samples, sample_count
 from gpchol._routing import cholesky_with_status
 from gpchol.kernels import Kernel, as_kernel
 

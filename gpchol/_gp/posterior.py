@@ -42,48 +42,24 @@ Example:
 
 from __future__ import annotations
 
-import operator
+import dataclasses
 from collections.abc import Sequence
-from functools import partial
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 from jax.typing import ArrayLike
 
-from gpchol._base.buckets import bucket_size
-from gpchol._base.validate import as_inputs, check_jitter, is_concrete
+from gpchol._base.validate import is_concrete
 from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
+from gpchol._linalg import posterior_core as core
 from gpchol._linalg.blocks import trsm
-from gpchol._routing import cholesky_with_status
 from gpchol.kernels import Kernel, Sum
 
-__all__ = ["Posterior", "additive_terms", "default_block_size"]
+__all__ = ["DenseSolver", "Posterior", "additive_terms", "default_block_size"]
 
-#: The default block holds at most this many elements of the ``(n, b)`` cross-covariance
-#: (8 MiB in float64), or ``n^2 / 16`` when that is larger: a few block-sized
-#: temporaries stay a small fraction of the factor's ``n^2``.
-_BLOCK_ELEMENTS = 1 << 20
-
-
-def default_block_size(n: int, m: int) -> int:
-    """Test points per block when none is given: ``max(2^20, n^2 / 16) / n``, at most ``m``.
-
-    Args:
-        n: number of training points.
-        m: number of test points.
-
-    Returns:
-        The block size ``b >= 1``; one block when ``m <= b``.
-
-    Example:
-        >>> default_block_size(8000, 10**6), default_block_size(500, 800)
-        (500, 800)
-    """
-    b = max(_BLOCK_ELEMENTS, n * n // 16) // max(n, 1)
-    return max(1, min(b, m))
+default_block_size = core.default_block_size
 
 
 def additive_terms(kernel: Any) -> list[Any]:
@@ -138,15 +114,19 @@ def _same_kernel(a: Any, b: Any) -> bool:
     return True
 
 
-def _component(model: Any, part: Any) -> tuple[Any, bool]:
-    """``(part, whole)``: ``part`` checked to be a part of ``model``; ``None`` when whole
-    (the jitted programs then read the kernel off the posterior)."""
+def model_part(model: Any, part: Any) -> Any:
+    """``part`` checked to be a part of the kernel ``model`` (see :meth:`Posterior.mean`'s
+    ``kernel=``): ``None`` when it is the whole model (or ``None``), else the matching
+    sub-kernel.
+
+    Raises:
+        ValueError: ``part`` is neither ``model`` nor a node of its sum tree.
+    """
     if part is None:
-        return None, True
-    nodes = _sub_sums(model)
-    for node in nodes:
+        return None
+    for node in _sub_sums(model):
         if _same_kernel(node, part):
-            return (None, True) if node is model else (node, False)
+            return None if node is model else node
     terms = ", ".join(type(t).__name__ for t in additive_terms(model))
     raise ValueError(
         f"kernel= must be the model's kernel or a part of its sum (one of its additive "
@@ -156,34 +136,6 @@ def _component(model: Any, part: Any) -> tuple[Any, bool]:
     )
 
 
-def model_part(model: Any, part: Any) -> Any:
-    """``part`` checked to be a part of the kernel ``model`` (see :meth:`Posterior.mean`'s
-    ``kernel=``): ``None`` when it is the whole model, else the matching sub-kernel.
-
-    Raises:
-        ValueError: ``part`` is neither ``model`` nor a node of its sum tree.
-    """
-    node, whole = _component(model, part)
-    return None if whole else node
-
-
-def _check_block_size(block_size: object) -> int | None:
-    if block_size is None:
-        return None
-    if isinstance(block_size, (bool, np.bool_)):
-        raise TypeError(f"block_size must be a positive int or None; got {block_size!r}.")
-    try:
-        b = operator.index(block_size)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(
-            f"block_size (test points per block) must be a positive int or None; got "
-            f"{block_size!r} of type {type(block_size).__name__}."
-        ) from None
-    if b < 1:
-        raise ValueError(f"block_size (test points per block) must be >= 1; got {b}.")
-    return int(b)
-
-
 def _kernel_diag(kernel: Any, x: jax.Array) -> jax.Array:
     """``k(x_i, x_i)`` for each row (``kernel.diag`` when the kernel has one)."""
     if isinstance(kernel, Kernel):
@@ -191,146 +143,45 @@ def _kernel_diag(kernel: Any, x: jax.Array) -> jax.Array:
     return jax.vmap(lambda xi: kernel(xi[None, :], xi[None, :])[0, 0])(x)
 
 
-def _cross(gp: Any, kern: Any, X: jax.Array, xb: jax.Array) -> jax.Array:
-    """``k(X, xb)`` ``(n, b)``, zero on the training inputs' padded rows (the factor's
-    identity block there: they then change no mean, variance or covariance)."""
-    Ks = kern(X, xb).astype(xb.dtype)
-    if gp.mask is None:
-        return Ks
-    return jnp.where(gp.mask[:, None], Ks, jnp.zeros((), Ks.dtype))
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DenseSolver:
+    """The one-device exact GP for the posterior core: the dense factor ``L`` (n, n) of
+    ``K`` and ``alpha`` (n,); ``V = L^-1 k(X, xb)`` by a triangular solve. Training rows
+    outside the GP's mask get a zero cross-covariance (the factor's identity block there:
+    they change no mean, variance or covariance)."""
 
+    gp: Any
+    L: jax.Array
+    alpha: jax.Array
+    outputs: ClassVar[tuple[int, ...]] = ()
+    block_multiple: ClassVar[int] = 1
 
-def _pad_rows(x: jax.Array, size: int) -> jax.Array:
-    """``x`` with copies of its last row appended up to ``size`` rows (by NumPy when ``x``
-    is concrete: nothing to compile per size)."""
-    pad = size - x.shape[0]
-    if is_concrete(x):
-        xn = np.asarray(x)
-        return jnp.asarray(np.concatenate([xn, np.repeat(xn[-1:], pad, axis=0)]))
-    return jnp.concatenate([x, jnp.broadcast_to(x[-1:], (pad,) + x.shape[1:])])
+    @property
+    def inputs(self) -> jax.Array:
+        return self.gp.X
 
+    def default_block(self, m: int) -> int:
+        return core.default_block_size(self.L.shape[-1], m)
 
-def _first_rows(x: jax.Array, m: int) -> jax.Array:
-    """``x[:m]`` (by NumPy when ``x`` is concrete: nothing to compile per ``m``)."""
-    return jnp.asarray(np.asarray(x)[:m]) if is_concrete(x) else x[:m]
+    def _kernel(self, part: Any) -> Any:
+        return self.gp.kernel if part is None else part
 
+    def project(self, xb: jax.Array, part: Any, whiten: bool) -> tuple[jax.Array, jax.Array | None]:
+        Ks = self._kernel(part)(self.gp.X.astype(xb.dtype), xb).astype(xb.dtype)  # (n, b)
+        if self.gp.mask is not None:
+            Ks = jnp.where(self.gp.mask[:, None], Ks, jnp.zeros((), Ks.dtype))
+        mu = Ks.T @ self.alpha.astype(xb.dtype)
+        return mu, (trsm(self.L, Ks, left=True) if whiten else None)
 
-def _blockwise(f: Any, Xs: jax.Array, b: int) -> Any:
-    """``f`` over blocks of ``b`` rows of ``Xs`` (a ``lax.map``), results joined along
-    the first axis; the last block is padded with copies of the last row."""
-    m = Xs.shape[0]
-    if m <= b:
-        return f(Xs)
-    nblk = -(-m // b)
-    pad = nblk * b - m
-    Xp = jnp.concatenate([Xs, jnp.broadcast_to(Xs[-1:], (pad, Xs.shape[1]))]) if pad else Xs
-    out = lax.map(f, Xp.reshape(nblk, b, Xs.shape[1]))
+    def prior_mean(self, xb: jax.Array) -> jax.Array:
+        return self.gp.mean(xb)
 
-    def join(o: jax.Array) -> jax.Array:  # (nblk, ..., b) -> (..., m)
-        return jnp.moveaxis(o, 0, -2).reshape(o.shape[1:-1] + (-1,))[..., :m]
+    def prior_variance(self, xb: jax.Array, part: Any) -> jax.Array:
+        return _kernel_diag(self._kernel(part), xb)
 
-    return jax.tree.map(join, out)
-
-
-# ------------------------------------------------------------------ jitted programs
-
-
-@partial(jax.jit, static_argnames=("whole", "want_var", "b"))
-def _predict(
-    post: Posterior,
-    Xs: jax.Array,
-    kern: Any,
-    noise: jax.Array,
-    *,
-    whole: bool,
-    want_var: bool,
-    b: int,
-) -> tuple[jax.Array, jax.Array]:
-    """``(mean, variance + noise)`` at ``Xs`` (``(m,)`` each), block by block."""
-    gp = post.gp
-    X = gp.X.astype(Xs.dtype)
-    alpha = post.alpha.astype(Xs.dtype)
-
-    kern = gp.kernel if whole else kern
-
-    def block(xb: jax.Array) -> tuple[jax.Array, jax.Array]:
-        Ks = _cross(gp, kern, X, xb)  # (n, b)
-        mu = Ks.T @ alpha
-        if whole:
-            mu = mu + gp.mean(xb).astype(xb.dtype)
-        if not want_var:
-            return mu, jnp.zeros_like(mu)
-        V = trsm(post.L, Ks, left=True)
-        var = _kernel_diag(kern, xb).astype(xb.dtype) - jnp.sum(V * V, axis=0)
-        return mu, jnp.maximum(var, 0.0)
-
-    mu, var = _blockwise(block, Xs, b)
-    return mu, var + noise
-
-
-@partial(jax.jit, static_argnames=("whole", "b"))
-def _covariance(
-    post: Posterior, Xs: jax.Array, kern: Any, noise: jax.Array, *, whole: bool, b: int
-) -> tuple[jax.Array, jax.Array]:
-    """``(mean (m,), cov (m, m))``; ``V = L^-1 k(X, Xs)`` is built block by block."""
-    gp = post.gp
-    X = gp.X.astype(Xs.dtype)
-    alpha = post.alpha.astype(Xs.dtype)
-
-    kern = gp.kernel if whole else kern
-
-    def block(xb: jax.Array) -> tuple[jax.Array, jax.Array]:
-        Ks = _cross(gp, kern, X, xb)
-        mu = Ks.T @ alpha
-        if whole:
-            mu = mu + gp.mean(xb).astype(xb.dtype)
-        return mu, trsm(post.L, Ks, left=True)
-
-    mu, V = _blockwise(block, Xs, b)  # (m,), (n, m)
-    C = kern(Xs, Xs).astype(Xs.dtype) - V.T @ V
-    C = 0.5 * (C + C.T)
-    return mu, C + jnp.diag(jnp.broadcast_to(noise, mu.shape))
-
-
-@partial(jax.jit, static_argnames=("whole", "b", "num", "jitter"))
-def _sample(
-    post: Posterior,
-    key: jax.Array,
-    Xs: jax.Array,
-    kern: Any,
-    noise: jax.Array,
-    *,
-    whole: bool,
-    b: int,
-    num: int,
-    jitter: tuple[float, ...],
-) -> jax.Array:
-    mu, C = _covariance(post, Xs, kern, noise, whole=whole, b=b)
-    return gaussian_samples(key, mu, C, num, jitter)
-
-
-def gaussian_samples(
-    key: jax.Array, mu: jax.Array, C: jax.Array, num: int, jitter: tuple[float, ...]
-) -> jax.Array:
-    """``num`` joint samples of ``N(mu, C)``: ``mu + L z`` with ``L L^T = C`` (+ jitter).
-
-    ``C / max(diag C)`` is factored, so that the jitter schedule is relative to the largest
-    variance (a posterior covariance is often singular to rounding).
-
-    Args:
-        key: a ``jax.random`` key.
-        mu: ``(m,)`` mean.
-        C: ``(m, m)`` covariance.
-        num: number of samples (static).
-        jitter: relative diagonal jitters, tried in order.
-
-    Returns:
-        ``(num, m)`` samples.
-    """
-    scale = jnp.maximum(jnp.max(jnp.diagonal(C)), jnp.finfo(C.dtype).tiny)
-    Ls, _, _ = cholesky_with_status(C / scale, jitter=jitter)
-    z = jax.random.normal(key, (num, C.shape[0]), dtype=C.dtype)
-    return mu[None, :] + jnp.sqrt(scale) * (z @ Ls.T)
+    def prior_covariance(self, xs: jax.Array, part: Any) -> jax.Array:
+        return self._kernel(part)(xs, xs)
 
 
 # ------------------------------------------------------------------------ the class
@@ -389,7 +240,7 @@ class Posterior:
         self.log_marginal_likelihood = log_marginal_likelihood
         self.status = status
         self.jitter_used = jitter_used
-        self.block_size = _check_block_size(block_size)
+        self.block_size = core.check_block_size(block_size)
 
     def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[int | None]]:
         children = (
@@ -437,70 +288,24 @@ class Posterior:
         """
         return diagnose_factor(self.L, self.status, self.jitter_used)
 
-    # ------------------------------------------------------------------ argument checks
-    def _Xs(self, Xs: ArrayLike | None) -> jax.Array:
+    def _args(self, Xs: ArrayLike | None, kernel: Any, block_size: object) -> dict[str, Any]:
+        """The core's arguments of one prediction (the model's part of the checks)."""
         if Xs is None and self.gp.mask is not None:
             raise ValueError(
                 "this posterior's training inputs include padded rows (mask); pass the test "
                 "inputs Xs explicitly (e.g. the real training points)."
             )
-        Xs = self.gp.X if Xs is None else as_inputs(Xs, "Xs")
-        d = self.gp.X.shape[1]
-        if Xs.shape[1] != d:
-            raise ValueError(
-                f"Xs (the test inputs) has {Xs.shape[1]} column(s) but the training inputs X "
-                f"have {d}; pass Xs of shape (m, {d})."
-            )
-        if is_concrete(Xs):
-            bad = ~np.all(np.isfinite(np.asarray(Xs)), axis=1)
-            if np.any(bad):
-                rows = np.flatnonzero(bad)
-                raise ValueError(
-                    f"Xs (the test inputs) has NaN or inf in row(s) {rows[:5].tolist()}"
-                    + (f" and {rows.size - 5} more" if rows.size > 5 else "")
-                    + "; drop or impute those rows first."
-                )
-        return Xs.astype(self.L.dtype)
+        return dict(
+            dtype=self.L.dtype,
+            part=model_part(self.gp.kernel, kernel),
+            model_noise=self.gp.noise,
+            block_size=block_size,
+            own_block=self.block_size,
+        )
 
-    def _block(self, block_size: object, m: int) -> int:
-        b = _check_block_size(block_size)
-        if b is None:
-            b = self.block_size
-        if b is None:
-            return default_block_size(self.L.shape[-1], m)
-        return max(1, min(b, m))
-
-    def _noise(
-        self, noise: ArrayLike | None, include_noise: bool, m: int, training: bool
-    ) -> jax.Array:
-        """The observation-noise variance to add at the test points: ``()`` or ``(m,)``."""
-        dtype = self.L.dtype
-        if noise is None:
-            if not include_noise:
-                return jnp.zeros((), dtype)
-            nz = jnp.asarray(self.gp.noise)
-            if nz.ndim == 1 and nz.shape[0] != 1 and not training:
-                raise ValueError(
-                    "include_noise=True with per-point (heteroscedastic) training noise needs "
-                    "the test points' own noise: pass noise=<(m,) variances> (or Xs=None for "
-                    "the training inputs)."
-                )
-            return nz.astype(dtype).reshape(nz.shape if nz.shape != (1,) else ())
-        nz = jnp.asarray(noise)
-        if not jnp.issubdtype(nz.dtype, jnp.floating) and not jnp.issubdtype(nz.dtype, jnp.integer):
-            raise TypeError(f"noise must be a real scalar or (m,) array; got dtype {nz.dtype}.")
-        if nz.ndim > 1 or (nz.ndim == 1 and nz.shape[0] != m):
-            raise ValueError(
-                f"noise (the test points' observation-noise variance) must be a scalar or "
-                f"have shape ({m},), one variance per test point; got shape {tuple(nz.shape)}."
-            )
-        if is_concrete(nz):
-            v = np.asarray(nz)
-            if not np.all(np.isfinite(v)) or np.any(v < 0):
-                raise ValueError(
-                    "noise (the test points' observation-noise variance) must be finite and >= 0."
-                )
-        return nz.astype(dtype)
+    @property
+    def _solver(self) -> DenseSolver:
+        return DenseSolver(self.gp, self.L, self.alpha)
 
     # -------------------------------------------------------------------- predictions
     def mean_and_variance(
@@ -537,39 +342,10 @@ class Posterior:
             >>> m.shape, bool(jnp.all(v >= 0.2))
             ((5,), True)
         """
-        return self._predict(Xs, kernel, include_noise, noise, block_size, want_var=True)
-
-    def _predict(
-        self,
-        Xs: ArrayLike | None,
-        kernel: Any,
-        include_noise: bool,
-        noise: ArrayLike | None,
-        block_size: object,
-        *,
-        want_var: bool,
-    ) -> tuple[jax.Array, jax.Array]:
-        training = Xs is None
-        x = self._Xs(Xs)
-        m = x.shape[0]
-        kern, whole = _component(self.gp.kernel, kernel)
-        nz = self._noise(noise, include_noise, m, training)
-        b = self._block(block_size, m)
-        if m == 0:
-            empty = jnp.zeros((0,), x.dtype)
-            return empty, empty
-        # Test points padded to a size bucket (one block) or to whole blocks, so that
-        # predictions at a varying number of points share one program; each point's
-        # result depends on its own row only, and the padded rows are dropped.
-        size = -(-m // b) * b
-        if b == m and self._block(block_size, bucket_size(m)) == bucket_size(m):
-            size = b = bucket_size(m)
-        if size > m:
-            x = _pad_rows(x, size)
-            if nz.ndim == 1:
-                nz = _pad_rows(nz, size)
-        mu, var = _predict(self, x, kern, nz, whole=whole, want_var=want_var, b=b)
-        return (_first_rows(mu, m), _first_rows(var, m)) if size > m else (mu, var)
+        return core.predict(
+            self._solver, Xs, noise=noise, include_noise=include_noise,
+            **self._args(Xs, kernel, block_size),
+        )  # fmt: skip
 
     def mean(
         self,
@@ -598,7 +374,8 @@ class Posterior:
             >>> post.mean(jnp.linspace(0.0, 2.0, 7), block_size=3).shape
             (7,)
         """
-        return self._predict(Xs, kernel, False, None, block_size, want_var=False)[0]
+        args = self._args(Xs, kernel, block_size)
+        return core.predict(self._solver, Xs, want_var=False, **args)[0]
 
     def variance(
         self,
@@ -635,7 +412,9 @@ class Posterior:
             >>> [round(float(x), 2) for x in v]  # far from the data: prior 1 + noise 0.5
             [0.08, 1.5]
         """
-        return self._predict(Xs, kernel, include_noise, noise, block_size, want_var=True)[1]
+        return self.mean_and_variance(
+            Xs, kernel=kernel, include_noise=include_noise, noise=noise, block_size=block_size
+        )[1]
 
     def covariance(
         self,
@@ -672,15 +451,10 @@ class Posterior:
             >>> post.covariance(jnp.arange(4.0), include_noise=True).shape
             (4, 4)
         """
-        training = Xs is None
-        x = self._Xs(Xs)
-        m = x.shape[0]
-        kern, whole = _component(self.gp.kernel, kernel)
-        nz = self._noise(noise, include_noise, m, training)
-        b = self._block(block_size, m)
-        if m == 0:
-            return jnp.zeros((0, 0), x.dtype)
-        return _covariance(self, x, kern, nz, whole=whole, b=b)[1]
+        return core.covariance(
+            self._solver, Xs, noise=noise, include_noise=include_noise,
+            **self._args(Xs, kernel, block_size),
+        )  # fmt: skip
 
     def sample(
         self,
@@ -732,42 +506,10 @@ class Posterior:
             >>> post.sample(key, jnp.zeros((0, 1)), 2).shape  # no test points
             (2, 0)
         """
-        num = sample_count(num)
-        training = Xs is None
-        x = self._Xs(Xs)
-        m = x.shape[0]
-        kern, whole = _component(self.gp.kernel, kernel)
-        nz = self._noise(noise, include_noise, m, training)
-        b = self._block(block_size, m)
-        if m == 0:
-            return jnp.zeros((num, 0), x.dtype)
-        rel = check_jitter(jitter) or (0.0,)
-        return _sample(self, key, x, kern, nz, whole=whole, b=b, num=num, jitter=rel)
+        return core.sample(
+            self._solver, key, Xs, num, jitter=jitter, noise=noise, include_noise=include_noise,
+            **self._args(Xs, kernel, block_size),
+        )  # fmt: skip
 
 
 jax.tree_util.register_pytree_node_class(Posterior)
-
-
-def sample_count(num: object) -> int:
-    """``num`` of a posterior's ``sample`` as a non-negative ``int``, or a clear error."""
-    if isinstance(num, (bool, np.bool_)):
-        raise TypeError(
-            f"num (the number of samples) must be a non-negative int, not a bool; got {num!r}."
-        )
-    try:
-        k = operator.index(num)  # type: ignore[arg-type]
-    except TypeError:
-        hint = (
-            "; it is static, so pass a Python int (not a traced value inside jit)"
-            if not is_concrete(num)
-            else f"; pass an int, e.g. num={round(num)}"  # type: ignore[call-overload]
-            if isinstance(num, (float, np.floating)) and np.isfinite(num)
-            else ""
-        )
-        raise TypeError(
-            f"num (the number of samples) must be a non-negative int; got {num!r} of type "
-            f"{type(num).__name__}{hint}."
-        ) from None
-    if k < 0:
-        raise ValueError(f"num (the number of samples) must be >= 0; got {k}.")
-    return int(k)

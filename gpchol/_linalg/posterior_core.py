@@ -1,0 +1,508 @@
+r"""The one posterior core: every GP posterior predicts through it, behind a small solver.
+
+A model conditioned on data ``y`` keeps a factor of its training covariance ``K`` and
+``alpha = K^-1 (y - m(X))``. At test inputs ``Xs`` the posterior of the latent function is
+(Rasmussen & Williams 2006, Alg. 2.1)::
+
+    mean = m(Xs) + k(Xs, X) alpha,     var = k(x, x) - ||V[:, x]||^2,
+    cov  = k(Xs, Xs) - V^T V,          V = L^-1 k(X, Xs)  (any W with W^T W = k K^-1 k).
+
+What every model does alike is written here, once: the checks of the test inputs (shape,
+NaN rows), of the block size and of the test points' observation noise; the padding of
+the test points to a size bucket or to whole blocks and the ``lax.map`` over blocks of
+``b`` test points (so ``m = 10^6`` points need one ``(n, b)`` cross-covariance at a time);
+the jitted programs of mean and variance, covariance and joint samples (each compiled once
+per solver structure, shape and option); clipping, noise and symmetrisation.
+
+*What a solver supplies* (:class:`PosteriorSolver`, a pytree whose arrays are its
+children): its training inputs ``inputs`` (``(n, d)``), the trailing shape ``outputs`` of
+one test point's prediction (``()``, or ``(p,)`` for ``p`` outputs), its default block
+size, and four block functions: :meth:`~PosteriorSolver.project` (the cross-covariance
+of one block with the training data, its product with ``alpha`` and, on request, its
+whitened form ``V``: this is where the factor and its solve live, dense, Kronecker or
+sharded), and the prior's mean, marginal variance and covariance at test inputs. ``part``
+is ``None`` (the whole model: the prior mean is added) or a part of the model's covariance
+(one additive component, checked by the model; no prior mean).
+
+Shapes: for ``m`` test points a prediction is ``(m, *outputs)``; ``V`` of a block of ``b``
+points is ``(r, b q)``, ``q = prod(outputs)``, its columns ordered (test point, output);
+a covariance is ``(m, *outputs, m, *outputs)``.
+"""
+
+from __future__ import annotations
+
+import operator
+from functools import partial
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.typing import ArrayLike
+
+from gpchol._base.buckets import bucket_size, pad_rows
+from gpchol._base.validate import as_inputs, check_jitter, is_concrete
+from gpchol._linalg.cholesky import factor_with_status
+
+__all__ = [
+    "PosteriorSolver",
+    "check_block_size",
+    "checked_inputs",
+    "checked_noise",
+    "covariance",
+    "default_block_size",
+    "gaussian_samples",
+    "predict",
+    "predict_program",
+    "sample",
+    "sample_count",
+]
+
+#: The default block holds at most this many elements of the ``(n, b)`` cross-covariance
+#: (8 MiB in float64), or ``n^2 / 16`` when that is larger: a few block-sized
+#: temporaries stay a small fraction of the factor's ``n^2``.
+_BLOCK_ELEMENTS = 1 << 20
+
+
+class PosteriorSolver(Protocol):
+    """What a model supplies to the posterior core (see the module docstring).
+
+    A pytree: its arrays are children, its static set-up auxiliary data, so that the
+    core's jitted programs take it as an argument (compiled once per structure).
+
+    Attributes:
+        inputs: ``(n, d)`` training inputs (the test inputs when ``Xs`` is ``None``).
+        outputs: trailing shape of one test point's prediction: ``()`` or ``(p,)``.
+        block_multiple: block sizes are rounded up to a multiple of this (1: any).
+    """
+
+    @property
+    def inputs(self) -> jax.Array: ...
+
+    @property
+    def outputs(self) -> tuple[int, ...]: ...
+
+    @property
+    def block_multiple(self) -> int: ...
+
+    def default_block(self, m: int) -> int:
+        """Test points per block when none is given, for ``m`` test points."""
+        ...
+
+    def project(self, xb: jax.Array, part: Any, whiten: bool) -> tuple[jax.Array, jax.Array | None]:
+        """``(k_part(xb, X) alpha (b, *outputs), V (r, b q) or None)`` for one block
+        ``xb`` ``(b, d)``: ``V^T V = k_part(xb, X) K^-1 k_part(X, xb)``; ``V`` only with
+        ``whiten``."""
+        ...
+
+    def prior_mean(self, xb: jax.Array) -> jax.Array:
+        """``(b, *outputs)`` prior mean of the whole model at ``xb``."""
+        ...
+
+    def prior_variance(self, xb: jax.Array, part: Any) -> jax.Array:
+        """``(b, *outputs)`` prior marginal variance ``k_part(x, x)`` at ``xb``."""
+        ...
+
+    def prior_covariance(self, xs: jax.Array, part: Any) -> jax.Array:
+        """``(m q, m q)`` prior covariance at ``xs``, ordered (test point, output)."""
+        ...
+
+
+# ------------------------------------------------------------------ the small rules
+
+
+def default_block_size(n: int, m: int) -> int:
+    """Test points per block when none is given: ``max(2^20, n^2 / 16) / n``, at most ``m``.
+
+    Args:
+        n: number of training points (rows of the factor).
+        m: number of test points.
+
+    Returns:
+        The block size ``b >= 1``; one block when ``m <= b``.
+
+    Example:
+        >>> default_block_size(8000, 10**6), default_block_size(500, 800)
+        (500, 800)
+    """
+    b = max(_BLOCK_ELEMENTS, n * n // 16) // max(n, 1)
+    return max(1, min(b, m))
+
+
+def check_block_size(block_size: object) -> int | None:
+    """``block_size`` (test points per block) as a positive ``int``, or ``None``.
+
+    Raises:
+        TypeError: not an integer (a bool, a float, a string).
+        ValueError: smaller than 1.
+    """
+    if block_size is None:
+        return None
+    if isinstance(block_size, (bool, np.bool_)):
+        raise TypeError(f"block_size must be a positive int or None; got {block_size!r}.")
+    try:
+        b = operator.index(block_size)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"block_size (test points per block) must be a positive int or None; got "
+            f"{block_size!r} of type {type(block_size).__name__}."
+        ) from None
+    if b < 1:
+        raise ValueError(f"block_size (test points per block) must be >= 1; got {b}.")
+    return int(b)
+
+
+def sample_count(num: object) -> int:
+    """``num`` of a posterior's ``sample`` as a non-negative ``int``, or a clear error."""
+    if isinstance(num, (bool, np.bool_)):
+        raise TypeError(
+            f"num (the number of samples) must be a non-negative int, not a bool; got {num!r}."
+        )
+    try:
+        k = operator.index(num)  # type: ignore[arg-type]
+    except TypeError:
+        hint = (
+            "; it is static, so pass a Python int (not a traced value inside jit)"
+            if not is_concrete(num)
+            else f"; pass an int, e.g. num={round(num)}"  # type: ignore[call-overload]
+            if isinstance(num, (float, np.floating)) and np.isfinite(num)
+            else ""
+        )
+        raise TypeError(
+            f"num (the number of samples) must be a non-negative int; got {num!r} of type "
+            f"{type(num).__name__}{hint}."
+        ) from None
+    if k < 0:
+        raise ValueError(f"num (the number of samples) must be >= 0; got {k}.")
+    return int(k)
+
+
+def checked_inputs(Xs: ArrayLike | None, X: jax.Array, dtype: Any) -> jax.Array:
+    """The test inputs ``(m, d)`` in ``dtype``: ``X`` when ``Xs`` is ``None``, else ``Xs``
+    checked to have ``X``'s columns and (when concrete) no NaN or inf row."""
+    if Xs is None:
+        return X.astype(dtype)
+    Xs = as_inputs(Xs, "Xs")
+    d = X.shape[1]
+    if Xs.shape[1] != d:
+        raise ValueError(
+            f"Xs (the test inputs) has {Xs.shape[1]} column(s) but the training inputs X "
+            f"have {d}; pass Xs of shape (m, {d})."
+        )
+    if is_concrete(Xs):
+        bad = np.flatnonzero(~np.all(np.isfinite(np.asarray(Xs)), axis=1))
+        if bad.size:
+            raise ValueError(
+                f"Xs (the test inputs) has NaN or inf in row(s) {bad[:5].tolist()}"
+                + (f" and {bad.size - 5} more" if bad.size > 5 else "")
+                + "; drop or impute those rows first."
+            )
+    return Xs.astype(dtype)
+
+
+def checked_noise(
+    noise: ArrayLike | None,
+    include_noise: bool,
+    m: int,
+    training: bool,
+    model_noise: Any,
+    outputs: tuple[int, ...],
+    dtype: Any,
+) -> jax.Array:
+    """The observation-noise variance added at the test points.
+
+    Args:
+        noise: the test points' own variance, a scalar or ``(m,)`` (``None``: the model's).
+        include_noise: add the model's noise when ``noise`` is ``None``.
+        m: number of test points.
+        training: the test points are the training inputs (``Xs=None``).
+        model_noise: the model's noise: a scalar, ``(n,)`` per training point, or
+            ``outputs``-shaped (one per output).
+        outputs: the trailing shape of one prediction.
+        dtype: the predictions' dtype.
+
+    Returns:
+        An array that broadcasts against ``(m, *outputs)``: ``()``, ``(m,)`` or
+        ``outputs``.
+    """
+    if noise is None:
+        if not include_noise:
+            return jnp.zeros((), dtype)
+        nz = jnp.asarray(model_noise)
+        if outputs or nz.size == 1:
+            return nz.astype(dtype).reshape(outputs if outputs else ())
+        if not training:
+            raise ValueError(
+                "include_noise=True with per-point (heteroscedastic) training noise needs "
+                f"the test points' own noise: pass noise=<scalar or ({m},) array>, or "
+                "Xs=None for the training inputs."
+            )
+        return nz.astype(dtype)
+    nz = jnp.asarray(noise)
+    if not jnp.issubdtype(nz.dtype, jnp.floating) and not jnp.issubdtype(nz.dtype, jnp.integer):
+        raise TypeError(f"noise must be a real scalar or (m,) array; got dtype {nz.dtype}.")
+    if nz.ndim > 1 or (nz.ndim == 1 and nz.shape[0] != m):
+        raise ValueError(
+            f"noise (at the test points: their observation-noise variance) must be a scalar "
+            f"or have shape ({m},), one variance per test point; got shape {tuple(nz.shape)}."
+        )
+    if is_concrete(nz):
+        v = np.asarray(nz)
+        if not np.all(np.isfinite(v)) or np.any(v < 0):
+            raise ValueError(
+                "noise (the test points' observation-noise variance) must be finite and >= 0."
+            )
+    return nz.astype(dtype)
+
+
+def _block(solver: PosteriorSolver, block_size: object, own: int | None, m: int) -> int:
+    """The block size for ``m`` test points: the call's, the posterior's, the solver's."""
+    b = check_block_size(block_size)
+    b = own if b is None else b
+    b = solver.default_block(m) if b is None else b
+    b = max(1, min(b, m))
+    k = solver.block_multiple
+    return -(-b // k) * k
+
+
+def _pad(x: jax.Array, size: int) -> jax.Array:
+    """``x`` with copies of its last row up to ``size`` rows (on the host when concrete:
+    nothing to compile per size)."""
+    if is_concrete(x):
+        xn = np.asarray(x)
+        return jnp.asarray(pad_rows(xn, size, xn[-1]))
+    return jnp.concatenate([x, jnp.broadcast_to(x[-1:], (size - x.shape[0],) + x.shape[1:])])
+
+
+def _first_rows(x: jax.Array, m: int) -> jax.Array:
+    """``x[:m]`` (by NumPy when ``x`` is concrete: nothing to compile per ``m``)."""
+    return jnp.asarray(np.asarray(x)[:m]) if is_concrete(x) else x[:m]
+
+
+def _project(
+    solver: PosteriorSolver, xb: jax.Array, part: Any, whiten: bool
+) -> tuple[jax.Array, jax.Array | None]:
+    """The solver's projection of one block, with the prior mean for the whole model."""
+    mu, V = solver.project(xb, part, whiten)
+    if part is None:
+        mu = mu + solver.prior_mean(xb).astype(mu.dtype)
+    return mu, V
+
+
+def _map_blocks(f: Any, Xs: jax.Array, b: int) -> Any:
+    """``f`` over blocks of ``b`` rows of ``Xs`` (a ``lax.map``; the last block padded
+    with copies of the last row): its outputs stacked, ``(blocks, ...)``."""
+    m = Xs.shape[0]
+    if m <= b:
+        return jax.tree.map(lambda o: o[None], f(Xs))
+    nblk = -(-m // b)
+    return lax.map(f, _pad(Xs, nblk * b).reshape(nblk, b, Xs.shape[1]))
+
+
+def _rows(o: jax.Array, m: int) -> jax.Array:
+    """``(blocks, b, ...)`` -> ``(m, ...)``: the blocks' rows joined, the padding dropped."""
+    return o.reshape((-1,) + o.shape[2:])[:m]
+
+
+# ------------------------------------------------------------------ jitted programs
+
+
+@partial(jax.jit, static_argnames=("want_var", "b"))
+def predict_program(
+    solver: PosteriorSolver,
+    Xs: jax.Array,
+    part: Any,
+    noise: jax.Array,
+    *,
+    want_var: bool,
+    b: int,
+) -> tuple[jax.Array, jax.Array]:
+    """``(mean, variance + noise)`` at ``Xs`` (``(m, *outputs)`` each), block by block."""
+
+    def block(xb: jax.Array) -> tuple[jax.Array, jax.Array]:
+        mu, V = _project(solver, xb, part, want_var)
+        if V is None:
+            return mu, jnp.zeros_like(mu)
+        var = solver.prior_variance(xb, part).astype(mu.dtype)
+        return mu, jnp.maximum(var - jnp.sum(V * V, axis=0).reshape(mu.shape), 0.0)
+
+    m = Xs.shape[0]
+    mu, var = (_rows(o, m) for o in _map_blocks(block, Xs, b))
+    return mu, var + noise
+
+
+@partial(jax.jit, static_argnames=("b",))
+def _covariance_program(
+    solver: PosteriorSolver, Xs: jax.Array, part: Any, noise: jax.Array, *, b: int
+) -> tuple[jax.Array, jax.Array]:
+    """``(mean (m, *outputs), cov (m q, m q))``; ``V`` is built block by block."""
+    m = Xs.shape[0]
+    mu, V = _map_blocks(lambda xb: _project(solver, xb, part, True), Xs, b)
+    mu = _rows(mu, m)
+    V = jnp.moveaxis(V, 0, 1).reshape(V.shape[1], -1)[:, : mu.size]  # (r, m q)
+    C = solver.prior_covariance(Xs, part).astype(mu.dtype) - V.T @ V
+    C = 0.5 * (C + C.T)
+    return mu, C + jnp.diag(jnp.broadcast_to(noise, mu.shape).reshape(-1))
+
+
+@partial(jax.jit, static_argnames=("b", "num", "jitter"))
+def _sample_program(
+    solver: PosteriorSolver,
+    key: jax.Array,
+    Xs: jax.Array,
+    part: Any,
+    noise: jax.Array,
+    *,
+    b: int,
+    num: int,
+    jitter: tuple[float, ...],
+) -> jax.Array:
+    mu, C = _covariance_program(solver, Xs, part, noise, b=b)
+    return gaussian_samples(key, mu.reshape(-1), C, num, jitter).reshape((num,) + mu.shape)
+
+
+def gaussian_samples(
+    key: jax.Array, mu: jax.Array, C: jax.Array, num: int, jitter: tuple[float, ...]
+) -> jax.Array:
+    """``num`` joint samples of ``N(mu, C)``: ``mu + L z`` with ``L L^T = C`` (+ jitter).
+
+    ``C / max(diag C)`` is factored, so that the jitter schedule is relative to the largest
+    variance (a posterior covariance is often singular to rounding).
+
+    Args:
+        key: a ``jax.random`` key.
+        mu: ``(m,)`` mean.
+        C: ``(m, m)`` covariance.
+        num: number of samples (static).
+        jitter: relative diagonal jitters, tried in order.
+
+    Returns:
+        ``(num, m)`` samples.
+    """
+    scale = jnp.maximum(jnp.max(jnp.diagonal(C)), jnp.finfo(C.dtype).tiny)
+    Ls = factor_with_status(C / scale, jitter=jitter)[0]
+    z = jax.random.normal(key, (num, C.shape[0]), dtype=C.dtype)
+    return mu[None, :] + jnp.sqrt(scale) * (z @ Ls.T)
+
+
+# ------------------------------------------------------------------ the entry points
+
+
+def _query(
+    solver: PosteriorSolver,
+    Xs: ArrayLike | None,
+    noise: ArrayLike | None,
+    include_noise: bool,
+    model_noise: Any,
+    dtype: Any,
+) -> tuple[jax.Array, jax.Array]:
+    """The checked test inputs and test-point noise."""
+    x = checked_inputs(Xs, solver.inputs, dtype)
+    nz = checked_noise(
+        noise, include_noise, x.shape[0], Xs is None, model_noise, solver.outputs, dtype
+    )
+    return x, nz
+
+
+def predict(
+    solver: PosteriorSolver,
+    Xs: ArrayLike | None,
+    *,
+    dtype: Any,
+    part: Any = None,
+    noise: ArrayLike | None = None,
+    include_noise: bool = False,
+    model_noise: Any = None,
+    block_size: object = None,
+    own_block: int | None = None,
+    want_var: bool = True,
+) -> tuple[jax.Array, jax.Array]:
+    """Posterior ``(mean, variance)`` at ``Xs``, each ``(m, *outputs)``.
+
+    Args:
+        solver: the model's :class:`PosteriorSolver`.
+        Xs: ``(m, d)`` test inputs (``None``: the training inputs).
+        dtype: the predictions' dtype.
+        part: ``None`` (the whole model) or a checked part of its covariance.
+        noise: the test points' own noise variance, a scalar or ``(m,)``.
+        include_noise: add the model's noise (``model_noise``) when ``noise`` is ``None``.
+        model_noise: the model's noise variance (see :func:`checked_noise`).
+        block_size: the call's test points per block (``None``: ``own_block``).
+        own_block: the posterior's default block size (``None``: the solver's).
+        want_var: compute the variance (else it is zeros plus the noise).
+
+    Returns:
+        ``(mean, variance)``; the latent variance is clipped at 0 before the noise.
+    """
+    x, nz = _query(solver, Xs, noise, include_noise, model_noise, dtype)
+    m = x.shape[0]
+    b = _block(solver, block_size, own_block, m)
+    if m == 0:
+        empty = jnp.zeros((0, *solver.outputs), x.dtype)
+        return empty, empty
+    # Test points padded to a size bucket (one block) or to whole blocks, so that
+    # predictions at a varying number of points share one program; each point's result
+    # depends on its own row only, and the padded rows are dropped.
+    size = -(-m // b) * b
+    if b >= m:
+        bb = _block(solver, block_size, own_block, bucket_size(m))
+        if bb >= bucket_size(m):
+            size = b = bb
+    if size > m:
+        x = _pad(x, size)
+        if nz.ndim == 1 + len(solver.outputs):  # one variance per test point
+            nz = _pad(nz, size)
+    mu, var = predict_program(solver, x, part, nz, want_var=want_var, b=b)
+    return (_first_rows(mu, m), _first_rows(var, m)) if size > m else (mu, var)
+
+
+def covariance(
+    solver: PosteriorSolver,
+    Xs: ArrayLike | None,
+    *,
+    dtype: Any,
+    part: Any = None,
+    noise: ArrayLike | None = None,
+    include_noise: bool = False,
+    model_noise: Any = None,
+    block_size: object = None,
+    own_block: int | None = None,
+) -> jax.Array:
+    """Posterior covariance at ``Xs``, ``(m, *outputs, m, *outputs)``, symmetric, with the
+    noise on its diagonal (arguments as for :func:`predict`)."""
+    x, nz = _query(solver, Xs, noise, include_noise, model_noise, dtype)
+    m = x.shape[0]
+    b = _block(solver, block_size, own_block, m)
+    shape = (m, *solver.outputs)
+    if m == 0:
+        return jnp.zeros(shape + shape, x.dtype)
+    return _covariance_program(solver, x, part, nz, b=b)[1].reshape(shape + shape)
+
+
+def sample(
+    solver: PosteriorSolver,
+    key: jax.Array,
+    Xs: ArrayLike | None,
+    num: object,
+    *,
+    dtype: Any,
+    jitter: Any,
+    part: Any = None,
+    noise: ArrayLike | None = None,
+    include_noise: bool = False,
+    model_noise: Any = None,
+    block_size: object = None,
+    own_block: int | None = None,
+) -> jax.Array:
+    """``(num, m, *outputs)`` joint posterior samples at ``Xs``: of ``f``, or with the
+    noise of new observations; ``jitter`` is the relative schedule of
+    :func:`gaussian_samples` (other arguments as for :func:`predict`)."""
+    k = sample_count(num)
+    rel = check_jitter(jitter) or (0.0,)
+    x, nz = _query(solver, Xs, noise, include_noise, model_noise, dtype)
+    m = x.shape[0]
+    b = _block(solver, block_size, own_block, m)
+    if m == 0:
+        return jnp.zeros((k, 0, *solver.outputs), x.dtype)
+    return _sample_program(solver, key, x, part, nz, b=b, num=k, jitter=rel)
