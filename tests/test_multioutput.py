@@ -409,3 +409,43 @@ def test_covariance_and_samples_match_numpy(rng, n, p, ranks, names, missing, kr
         post.sample(key, Xs, 2.5)
     with pytest.raises(ValueError, match="num"):
         post.sample(key, Xs, -1)
+
+
+# ------------------------------------------------- behaviour shared with every posterior
+
+
+@pytest.mark.parametrize("kron", [True, False], ids=["kronecker", "dense"])
+def test_posterior_runs_in_blocks(rng, kron):
+    """Many test points take several blocks of the posterior core (the default block of
+    ``max(2^20, (np)^2 / 16) / (np) / p`` points): the padded last block is dropped
+    exactly, and each point's mean and variance are those of a one-block call."""
+    X, y, mask, prm, names = make_problem(rng, 20, 2, (1,), ("expsq",), 0.0)
+    post = build(prm, names, X, kronecker=kron).condition(y)
+    assert post.gp.uses_kronecker == kron
+    m = 30_001  # 3 blocks of 13107 (n p = 40)
+    Xs = rng.uniform(-0.5, 3.5, (m, X.shape[1]))
+    mu = np.asarray(post.mean(Xs))
+    var = np.asarray(post.variance(Xs))
+    assert mu.shape == var.shape == (m, 2)
+    pick = np.array([0, 13106, 13107, 26213, 26214, m - 1])  # at the blocks' edges
+    np.testing.assert_allclose(mu[pick], post.mean(Xs[pick]), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(var[pick], post.variance(Xs[pick]), rtol=1e-10, atol=1e-14)
+    _, mean, v = np_reference(prm, names, X, y, mask, Xs[pick])
+    np.testing.assert_allclose(mu[pick], mean, atol=TOL[np.float64] * 50, rtol=0)
+    np.testing.assert_allclose(var[pick], v, atol=TOL[np.float64] * 50, rtol=0)
+
+
+def test_posterior_input_checks(rng):
+    """The posterior core's checks of the test inputs: NaN rows, columns, empty."""
+    X, y, mask, prm, names = make_problem(rng, 8, 2, (1,), ("expsq",), 0.0)
+    post = build(prm, names, X).condition(y)
+    bad = rng.uniform(0.0, 1.0, (4, X.shape[1]))
+    bad[2, 0] = np.nan
+    for method in (post.mean, post.variance, post.covariance):
+        with pytest.raises(ValueError, match=r"Xs has NaN or inf in row\(s\) \[2\]"):
+            method(bad)
+    with pytest.raises(ValueError, match=r"Xs has NaN or inf in row\(s\) \[2\]"):
+        post.sample(jax.random.PRNGKey(0), bad, 2)
+    assert post.mean(bad[:0]).shape == post.variance(bad[:0]).shape == (0, 2)
+    assert post.covariance(bad[:0]).shape == (0, 2, 0, 2)
+    np.testing.assert_allclose(post.mean(), post.mean(X), rtol=1e-12)  # None: training inputs

@@ -54,11 +54,12 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -75,6 +76,7 @@ from gpchol._base.validate import (
     input_mesh,
     is_concrete,
 )
+from gpchol._linalg import posterior_core as core
 from gpchol._linalg.backends import resolve_backend, tile_for
 from gpchol._linalg.blocks import default_tile_size, trsm
 from gpchol._linalg.gaussian import (
@@ -85,11 +87,10 @@ from gpchol._linalg.gaussian import (
     gaussian_value,
 )
 from gpchol._linalg.inverse import inverse_from_factor
-from gpchol._linalg.posterior_core import gaussian_samples, sample_count
 from gpchol._routing import cholesky_with_status
 from gpchol.kernels import Kernel, as_kernel
 
-__all__ = ["Coregionalization", "MultiOutputGP", "MultiOutputPosterior"]
+__all__ = ["Coregionalization", "MultiOutputGP", "MultiOutputPosterior", "MultiOutputSolver"]
 
 
 # ---------------------------------------------------------------------- coregionalisation
@@ -738,17 +739,15 @@ class MultiOutputPosterior:
     def tree_unflatten(cls, aux: None, children: tuple[Any, ...]) -> MultiOutputPosterior:
         return cls(*children)
 
-    def _Xs(self, Xs: ArrayLike | None) -> jax.Array:
-        X = self.gp.X
-        Xs = X if Xs is None else as_inputs(Xs, "Xs")
-        if Xs.shape[1] != X.shape[1]:
-            raise ValueError(
-                f"Xs has {Xs.shape[1]} column(s) but the training inputs have {X.shape[1]}."
-            )
-        return Xs.astype(self.alpha.dtype)
+    @property
+    def _solver(self) -> MultiOutputSolver:
+        return MultiOutputSolver(self.gp, self.alpha, self.L, self.P)
+
+    def _args(self) -> dict[str, Any]:
+        return dict(dtype=self.alpha.dtype, model_noise=self.gp.noise)
 
     def mean(self, Xs: ArrayLike | None = None) -> jax.Array:
-        """Posterior mean of each output's latent function.
+        """Posterior mean of each output's latent function, in blocks of test points.
 
         Args:
             Xs: ``(m, d)`` test inputs (``None``: the training inputs).
@@ -756,12 +755,7 @@ class MultiOutputPosterior:
         Returns:
             ``(m, p)``: ``mean[s, a] = m_a + sum_q sum_b B_q[a, b] k_q(Xs_s, X) alpha[:, b]``.
         """
-        Xs = self._Xs(Xs)
-        X = self.gp.X.astype(Xs.dtype)
-        out = self.gp.mean.astype(Xs.dtype)[None, :]
-        for k, c in zip(self.gp.kernels, self.gp.coregionalizations, strict=True):
-            out = out + k(Xs, X) @ self.alpha @ c.matrix().astype(Xs.dtype)
-        return out
+        return core.predict(self._solver, Xs, want_var=False, **self._args())[0]
 
     def variance(self, Xs: ArrayLike | None = None, *, include_noise: bool = False) -> jax.Array:
         """Posterior marginal variance of each output's latent function.
@@ -774,22 +768,7 @@ class MultiOutputPosterior:
             ``(m, p)`` variances ``var[s, a] = sum_q B_q[a, a] k_q(x, x) - v^T v`` (clipped
             at 0), ``v = L^-1 cov(vec y, f_a(Xs_s))``.
         """
-        Xs = self._Xs(Xs)
-        dtype = Xs.dtype
-        gp = self.gp
-        prior = _sum(
-            k.diag(Xs)[:, None] * jnp.diagonal(c.matrix()).astype(dtype)[None, :]
-            for k, c in zip(gp.kernels, gp.coregionalizations, strict=True)
-        )
-        V, C = self._whitened_cross(Xs)
-        if C is not None:  # v^T v = sum_j C[a, j]^2 |V_j[:, s]|^2
-            quad = jnp.sum(V * V, axis=1).T @ (C**2).T  # (m, p)
-        else:
-            quad = jnp.sum(V * V, axis=0).reshape(gp.p, Xs.shape[0]).T
-        var = jnp.maximum(prior - quad, 0.0)
-        if include_noise:
-            var = var + gp.noise.astype(dtype)[None, :]
-        return var
+        return core.predict(self._solver, Xs, include_noise=include_noise, **self._args())[1]
 
     def covariance(self, Xs: ArrayLike | None = None, *, include_noise: bool = False) -> jax.Array:
         """Joint posterior covariance of all outputs' latent functions at the test points.
@@ -817,20 +796,7 @@ class MultiOutputPosterior:
             >>> post.covariance(jnp.array([0.5, 9.0])).shape
             (2, 2, 2, 2)
         """
-        Xs = self._Xs(Xs)
-        dtype = Xs.dtype
-        gp = self.gp
-        m, p = Xs.shape[0], gp.p
-        prior = _sum(
-            k(Xs, Xs)[:, None, :, None] * c.matrix().astype(dtype)[None, :, None, :]
-            for k, c in zip(gp.kernels, gp.coregionalizations, strict=True)
-        )
-        cov = prior - self._explained(Xs)
-        cov = 0.5 * (cov + jnp.transpose(cov, (2, 3, 0, 1)))  # exactly symmetric
-        if include_noise:
-            eye = jnp.eye(m, dtype=dtype)[:, None, :, None] * jnp.eye(p, dtype=dtype)[None, :, None]
-            cov = cov + eye * gp.noise.astype(dtype)[None, :, None, None]
-        return cov
+        return core.covariance(self._solver, Xs, include_noise=include_noise, **self._args())
 
     def sample(
         self,
@@ -868,48 +834,74 @@ class MultiOutputPosterior:
             >>> post.sample(jax.random.PRNGKey(0), jnp.array([0.5, 9.0]), 3).shape
             (3, 2, 2)
         """
-        num = sample_count(num)
-        rel = check_jitter(jitter) or (0.0,)
-        Xs = self._Xs(Xs)
-        m, p = Xs.shape[0], self.gp.p
-        if m == 0:
-            return jnp.zeros((num, 0, p), Xs.dtype)
-        mu = self.mean(Xs).reshape(m * p)
-        C = self.covariance(Xs, include_noise=include_noise).reshape(m * p, m * p)
-        return gaussian_samples(key, mu, C, num, rel).reshape(num, m, p)
-
-    def _whitened_cross(self, Xs: jax.Array) -> tuple[jax.Array, jax.Array | None]:
-        """``V`` with ``V^T V = cov(f(Xs), vec y) K^-1 cov(vec y, f(Xs))``, in two forms.
-
-        Kronecker shortcut: ``cov(vec y, f_a(x)) = kron(B[:, a], kx)`` and ``K^-1 = (P kron
-        I) M^-1 (P kron I)^T`` with ``M = blockdiag(L_j L_j^T)``, so ``(V, C)`` with the
-        ``(p, n, m)`` ``V_j = L_j^-1 kx`` and ``C = B P`` ``(p, p)``: the ``(a, s), (b, t)``
-        entry is ``sum_j C[a, j] C[b, j] (V_j^T V_j)[s, t]``. Dense: ``(V, None)`` with the
-        ``(np, pm)`` ``V = L^-1 Ks`` (rows: output b, training point i; columns: output a,
-        test point s; masked entries' rows zero).
-        """
-        dtype = Xs.dtype
-        gp = self.gp
-        X = gp.X.astype(dtype)
-        if self.P is not None:
-            B = gp.coregionalizations[0].matrix().astype(dtype)
-            return trsm(self.L, gp.kernels[0](X, Xs)[None], left=True), B @ self.P
-        obs = gp.observed().T.reshape(-1)
-        Ks = _sum(
-            jnp.kron(c.matrix().astype(dtype), k(X, Xs))
-            for k, c in zip(gp.kernels, gp.coregionalizations, strict=True)
+        return core.sample(
+            self._solver, key, Xs, num, jitter=jitter, include_noise=include_noise, **self._args()
         )
-        Ks = jnp.where(obs[:, None], Ks, jnp.zeros((), dtype))
-        return trsm(self.L.astype(dtype), Ks, left=True), None
-
-    def _explained(self, Xs: jax.Array) -> jax.Array:
-        """``(m, p, m, p)``: ``cov(f(Xs), vec y) K^-1 cov(vec y, f(Xs))``."""
-        m, p = Xs.shape[0], self.gp.p
-        V, C = self._whitened_cross(Xs)
-        if C is not None:
-            G = jnp.einsum("jns,jnt->jst", V, V)
-            return jnp.einsum("aj,bj,jst->satb", C, C, G)
-        return jnp.transpose((V.T @ V).reshape(p, m, p, m), (1, 0, 3, 2))
 
 
 jax.tree_util.register_pytree_node_class(MultiOutputPosterior)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class MultiOutputSolver:
+    """A conditioned :class:`MultiOutputGP` for the posterior core (``p`` outputs per
+    test point; blocks of ``b`` points make ``V`` of shape ``(n p, b p)``).
+
+    ``cov(vec y, f_a(x)) = sum_q kron(B_q[:, a], k_q(X, x))``. Dense: ``V = L^-1`` of it,
+    masked entries' rows zero. Kronecker shortcut: ``K^-1 = (P kron I) M^-1 (P kron I)^T``
+    with ``M = blockdiag(L_j L_j^T)``, so with ``V_j = L_j^-1 k(X, xb)`` and ``C = B P``,
+    ``V[(j, i), (s, a)] = C[a, j] V_j[i, s]`` (``V^T V`` the same product).
+    """
+
+    gp: MultiOutputGP
+    alpha: jax.Array
+    L: jax.Array
+    P: jax.Array | None
+    block_multiple: ClassVar[int] = 1
+
+    @property
+    def inputs(self) -> jax.Array:
+        return self.gp.X
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return (self.gp.p,)
+
+    def default_block(self, m: int) -> int:
+        return max(1, core.default_block_size(self.gp.n * self.gp.p, m) // self.gp.p)
+
+    def _latents(self, dtype: Any) -> Iterable[tuple[Kernel, jax.Array]]:
+        """``(k_q, B_q)`` for each latent kernel, ``B_q`` in ``dtype``."""
+        for k, c in zip(self.gp.kernels, self.gp.coregionalizations, strict=True):
+            yield k, c.matrix().astype(dtype)
+
+    def project(self, xb: jax.Array, part: Any, whiten: bool) -> tuple[jax.Array, jax.Array | None]:
+        dtype, gp = xb.dtype, self.gp
+        X, alpha = gp.X.astype(dtype), self.alpha.astype(dtype)
+        kx = [(k(X, xb).astype(dtype), B) for k, B in self._latents(dtype)]  # (n, b), (p, p)
+        mu = _sum(Kq.T @ alpha @ B for Kq, B in kx)
+        if not whiten:
+            return mu, None
+        (n, b), p = kx[0][0].shape, gp.p
+        if self.P is not None:
+            V = trsm(self.L, kx[0][0][None], left=True)  # (p, n, b)
+            W = jnp.einsum("jis,aj->jisa", V, kx[0][1] @ self.P)
+            return mu, W.reshape(p * n, b * p)
+        Ks = _sum(jnp.kron(B, Kq) for Kq, B in kx)  # (n p, p b), columns (a, s)
+        Ks = Ks.reshape(n * p, p, b).transpose(0, 2, 1).reshape(n * p, b * p)
+        obs = gp.observed().T.reshape(-1)
+        Ks = jnp.where(obs[:, None], Ks, jnp.zeros((), dtype))
+        return mu, trsm(self.L.astype(dtype), Ks, left=True)
+
+    def prior_mean(self, xb: jax.Array) -> jax.Array:
+        return jnp.broadcast_to(self.gp.mean.astype(xb.dtype), (xb.shape[0], self.gp.p))
+
+    def prior_variance(self, xb: jax.Array, part: Any) -> jax.Array:
+        return _sum(k.diag(xb)[:, None] * jnp.diagonal(B)[None] for k, B in self._latents(xb.dtype))
+
+    def prior_covariance(self, xs: jax.Array, part: Any) -> jax.Array:
+        C = _sum(
+            k(xs, xs)[:, None, :, None] * B[None, :, None, :] for k, B in self._latents(xs.dtype)
+        )
+        return C.reshape(xs.shape[0] * self.gp.p, -1)

@@ -187,16 +187,16 @@ def checked_inputs(Xs: ArrayLike | None, X: jax.Array, dtype: Any) -> jax.Array:
     d = X.shape[1]
     if Xs.shape[1] != d:
         raise ValueError(
-            f"Xs (the test inputs) has {Xs.shape[1]} column(s) but the training inputs X "
-            f"have {d}; pass Xs of shape (m, {d})."
+            f"Xs has {Xs.shape[1]} column(s) but the training inputs X have {d}; pass test "
+            f"inputs of shape (m, {d})."
         )
     if is_concrete(Xs):
         bad = np.flatnonzero(~np.all(np.isfinite(np.asarray(Xs)), axis=1))
         if bad.size:
             raise ValueError(
-                f"Xs (the test inputs) has NaN or inf in row(s) {bad[:5].tolist()}"
+                f"Xs has NaN or inf in row(s) {bad[:5].tolist()}"
                 + (f" and {bad.size - 5} more" if bad.size > 5 else "")
-                + "; drop or impute those rows first."
+                + "; drop or impute those test points first."
             )
     return Xs.astype(dtype)
 
