@@ -20,7 +20,9 @@ that the package's private modules can be rearranged without touching them.
   buckets, the cache's counters);
 * ``fit_batched_module``, ``posterior_module``, ``persist_module``: the modules behind
   :func:`gpchol.fit_batched`, :class:`gpchol.Posterior` and :func:`gpchol.save` (status
-  codes, block-size rule, jit caches, the file format's version).
+  codes, block-size rule, jit caches, the file format's version);
+* ``checkpoint_module``: the checkpoint files of :func:`gpchol.fit` (written and read
+  back directly, to pin their format).
 """
 
 from gpchol import _persist as persist_module
@@ -29,6 +31,7 @@ from gpchol._base import platform as platform_module
 from gpchol._cpu import ffi as cpu_ffi
 from gpchol._cuda import ffi as cuda_ffi
 from gpchol._fit import batched as fit_batched_module
+from gpchol._fit import checkpoint as checkpoint_module
 from gpchol._fit import lbfgs as lbfgs_module
 from gpchol._fit import programs as fit_programs_module
 from gpchol._gp import posterior as posterior_module
@@ -42,6 +45,7 @@ from gpchol.distributed import _local as distributed_local
 
 __all__ = [
     "backend",
+    "checkpoint_module",
     "cho_inverse_tiled",
     "cpu_ffi",
     "cuda_ffi",

@@ -1,5 +1,7 @@
 """Shared test helpers (imported by the test modules)."""
 
+import re
+
 import numpy as np
 import scipy.linalg.lapack as lapack
 
@@ -62,3 +64,35 @@ FRESH_PYTEST_ARGS = ("-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:bench
 def fresh_pytest_env(env: dict) -> dict:
     """``env`` without the ``PYTEST_*`` variables of this (possibly xdist worker) session."""
     return {k: v for k, v in env.items() if not k.startswith("PYTEST_")}
+
+
+#: what depends only on the content of a saved file's arrays: an arrays file's name
+#: (``<stem>.<16 hex>.npz``), its size, and SHA-256 digests
+_CONTENT_ADDRESS = re.compile(r'[0-9a-f]{64}|\.[0-9a-f]{16}\.npz"|"bytes": \d+')
+
+
+def assert_same_saved_files(new, old) -> None:
+    """The JSON file ``new`` and its arrays file equal ``old`` and its arrays file.
+
+    The arrays files hold the same arrays (names, order, dtypes, shapes, bytes); the JSON
+    files are equal byte for byte but for content addresses (the arrays file's name and
+    size, SHA-256 digests), which follow from the arrays file's bytes. Where those bytes
+    are equal too (same NumPy and zip writer), the JSON files are equal byte for byte.
+    """
+    new_text, old_text = new.read_text(), old.read_text()
+    npz = re.compile(r'"([^"/]+\.[0-9a-f]{16}\.npz)"')
+    new_npz, old_npz = set(npz.findall(new_text)), set(npz.findall(old_text))
+    assert len(new_npz) == len(old_npz) <= 1, (new_npz, old_npz)
+    for n, o in zip(new_npz, old_npz, strict=True):
+        with np.load(new.parent / n, allow_pickle=False) as a:
+            with np.load(old.parent / o, allow_pickle=False) as b:
+                assert a.files == b.files, (a.files, b.files)
+                for k in a.files:
+                    x, y = a[k], b[k]
+                    assert (x.dtype, x.shape) == (y.dtype, y.shape), k
+                    assert x.tobytes() == y.tobytes(), k
+        if (new.parent / n).read_bytes() == (old.parent / o).read_bytes():
+            assert new_text == old_text
+    assert _CONTENT_ADDRESS.sub("#", new_text) == _CONTENT_ADDRESS.sub("#", old_text)
+    if not new_npz:
+        assert new_text == old_text

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,12 +26,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_same_saved_files
 
 import gpchol
 from gpchol import GaussianProcess, Positive, fit, kernels
+from gpchol._internal import checkpoint_module
 from gpchol._internal import io as io_mod
 
 # One small GP problem, shared by this process and the child processes of the signal
@@ -588,3 +592,62 @@ def test_signals_at_random_times_leave_a_resumable_checkpoint(
         res = ns["run"](fit, kind, checkpoint=d / "ck", checkpoint_every=10 * RANDOM_STEPS)
         _same_result(res, refs[kind])
         _assert_one_checkpoint(d)  # one commit; the resume swept what a kill left
+
+
+# ------------------------------------------------- files written before the shared protocol
+
+FIXTURES = pathlib.Path(__file__).parent / "data" / "persist"
+FIXTURE_FINGERPRINT = {"model": "fixture model", "y": "float64[3] 0123abcd"}
+
+
+def fixture_state() -> Any:
+    """The state in ``tests/data/persist/ck.json`` (see the README there)."""
+    cm = checkpoint_module
+
+    def params(a: float, b: float) -> dict[str, Any]:
+        return {"a": jnp.asarray([a, -2.0]), "b": jnp.asarray(b, jnp.float32)}
+
+    opt = (jnp.asarray(3, jnp.int32), params(0.125, 0.0))
+    best = cm.StartRecord(0.75, [1.0, 0.75], 2, True, True, "converged after 2 steps", 0)
+    return cm.FitState(
+        params=params(1.0, 0.5),
+        opt_state=opt,
+        key=np.array([0, 42], np.uint32),
+        restart=1,
+        step=3,
+        history=[5.0, 4.5, 4.25],
+        stall=1,
+        last_good=params(1.5, 0.25),
+        best=best,
+        best_params=params(-1.0, 2.0),
+        restart_losses=[0.75, float("nan")],
+    )
+
+
+def test_checkpoint_written_before_the_shared_protocol(tmp_path: pathlib.Path) -> None:
+    """A checkpoint written before the one file protocol (gpchol._base.store) reads back
+    whole, and writing the same state gives the same files."""
+    cm, want = checkpoint_module, fixture_state()
+    old = tmp_path / "old"
+    old.mkdir()
+    for n in os.listdir(FIXTURES):
+        if n.startswith("ck."):
+            shutil.copy(FIXTURES / n, old / n)
+    like = jax.tree_util.tree_map(jnp.zeros_like, want.params)
+    back = cm.load_checkpoint(
+        old / "ck", fingerprint=FIXTURE_FINGERPRINT, params_like=like,
+        init_opt_state=lambda u: want.opt_state,
+    )  # fmt: skip
+    for f in ("params", "opt_state", "key", "last_good", "best_params"):
+        a, b = getattr(back, f), getattr(want, f)
+        assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b), f
+        for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+            x, y = np.asarray(x), np.asarray(y)
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), f
+    for f in ("restart", "step", "history", "stall", "done", "stopped", "message", "best"):
+        assert getattr(back, f) == getattr(want, f), f
+    assert repr(back.restart_losses) == repr(want.restart_losses)
+    new = tmp_path / "new"
+    cm.save_checkpoint(new / "ck", want, fingerprint=FIXTURE_FINGERPRINT, optimizer="adam")
+    assert_same_saved_files(new / "ck.json", old / "ck.json")
+    assert sorted(os.listdir(new)) == sorted(os.listdir(old))

@@ -19,10 +19,13 @@ import types
 
 import numpy as np
 import pytest
+from helpers import assert_same_saved_files
 
 from gpchol import load
+from gpchol._internal import persist_module
 from gpchol.cli import main
 from gpchol.cli.model import Model
+from gpchol.cli.spec import ModelSpec
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -236,3 +239,43 @@ def test_sigint_prints_interrupted_and_exits_130(tmp_path: pathlib.Path) -> None
     assert "Traceback" not in err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert lines[-1].startswith("gpchol: interrupted"), err
+
+
+# ------------------------------------------------- files written before the shared protocol
+
+FIXTURES = pathlib.Path(__file__).parent / "data" / "persist"
+
+
+def fixture_model() -> tuple[Model, dict[str, np.ndarray]]:
+    """The model and parameters in ``tests/data/persist/model.json`` (README there)."""
+    X = np.array([[0.0, 1.0], [0.5, -1.0], [1.0, 2.0], [2.0, 0.25], [3.5, 0.0]])
+    y = np.array([1.0, 0.5, -0.25, 2.0, 1.5])
+    model = Model.standardized(ModelSpec.parse("rbf+white", 2), X, y, ["a", "b"], "y")
+    params = {k: np.asarray(v, np.float64) * 1.5 for k, v in model.spec.init_params().items()}
+    return model, params
+
+
+FIXTURE_RESULT = types.SimpleNamespace(n_steps=3, converged=False, success=True, message="m")
+FIXTURE_ARGS = {"optimizer": "lbfgs", "steps": 3, "dtype": "float64"}
+
+
+def test_model_file_written_before_the_shared_protocol(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model file written before the one file protocol (gpchol._base.store) reads back
+    whole, and writing the same model gives the same files."""
+    model, params = fixture_model()
+    old = FIXTURES / "model.json"
+    back, back_params = Model.from_json(str(old))
+    for f in ("X", "y", "x_shift", "x_scale"):
+        np.testing.assert_array_equal(getattr(back, f), getattr(model, f), err_msg=f)
+    assert (back.y_shift, back.y_scale) == (model.y_shift, model.y_scale)
+    assert (back.x_names, back.y_name, back.spec.spec) == (["a", "b"], "y", "rbf+white")
+    assert set(back_params) == set(params)
+    for k, v in params.items():
+        assert back_params[k].tobytes() == v.tobytes(), k
+    recorded = json.loads(old.read_text())["versions"]
+    monkeypatch.setattr(persist_module, "versions", lambda: dict(recorded))
+    model.save(str(tmp_path / "model.json"), params, -1.5, FIXTURE_RESULT, FIXTURE_ARGS)  # type: ignore[arg-type]
+    assert_same_saved_files(tmp_path / "model.json", old)
+    assert len(os.listdir(tmp_path)) == 2

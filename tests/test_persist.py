@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_same_saved_files
 
 from gpchol import (
     Bounded,
@@ -394,3 +395,51 @@ def test_unsaveable_objects_are_refused_with_their_place(tmp_path: pathlib.Path)
     with pytest.raises(SaveFileError, match=r"ends in \.npz"):
         save(1.0, tmp_path / "e.npz")
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
+
+
+# ------------------------------------------------- files written before the shared protocol
+
+FIXTURES = pathlib.Path(__file__).parent / "data" / "persist"
+
+
+def fixture_object() -> dict[str, Any]:
+    """The object in ``tests/data/persist/saved.json`` (see the README there)."""
+    ls = jnp.asarray([0.5, 1.5])
+    return {
+        "kernel": 2.0 * kernels.ExpSquared(lengthscale=ls, active_dims=(0, 1))
+        + kernels.White(jnp.asarray(0.1, jnp.float32)),
+        "mean": means.Linear(weights=jnp.asarray([1.0, -2.0]), bias=0.25),
+        "f64": np.array([[1.0 + 2.0**-40, -0.0], [np.nan, np.inf]]),
+        "f32": jnp.asarray(np.arange(3, dtype=np.float32) / 3),
+        "i16": np.arange(4, dtype=np.int16),
+        "bool": jnp.asarray([True, False]),
+        "bf16": jnp.asarray([1.5, -2.0], jnp.bfloat16),
+        "weak": jnp.asarray(0.1),
+        "np-scalar": np.float32(1.25),
+        "empty": jnp.zeros((0, 3)),
+        "numbers": (1, 2.5, None, True, "s", float("nan"), -float("inf"), 3 + 4j),
+        "$dollar": {"$array": "not a reference"},
+        "transforms": [Positive(lower=1e-3), Bounded(0.5, 2.0), Identity()],
+    }
+
+
+def fixture_no_arrays() -> Any:
+    """The object in ``tests/data/persist/plain.json``: no arrays, so no arrays file."""
+    return kernels.Matern52(lengthscale=0.7, active_dims=(1,))
+
+
+@pytest.mark.parametrize(
+    "name, build", [("saved", fixture_object), ("plain", fixture_no_arrays)], ids=str
+)
+def test_files_written_before_the_shared_protocol_load_and_are_written_the_same(
+    name: str, build: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files of gpchol.save before the one file protocol (gpchol._base.store) load bit for
+    bit, and saving the same object writes the same files (so they load with that code)."""
+    old = FIXTURES / f"{name}.json"
+    assert_bit_equal(load(old), build())
+    recorded = json.loads(old.read_text())["versions"]
+    monkeypatch.setattr(persist_module, "versions", lambda: dict(recorded))
+    save(build(), tmp_path / f"{name}.json")
+    assert_same_saved_files(tmp_path / f"{name}.json", old)
+    assert len(os.listdir(tmp_path)) == (2 if name == "saved" else 1)
