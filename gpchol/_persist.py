@@ -16,9 +16,10 @@ Files. ``save(obj, "model.json")`` writes
   inline, arrays by reference), the arrays file's name and SHA-256, each array's dtype,
   shape and SHA-256, and the SHA-256 of the JSON content itself.
 
-Both are written atomically (temporary file, ``fsync``, ``os.replace``); the JSON's
-replacement is the commit, after which the previous arrays file is removed. A reader sees
-the old pair or the new pair, never a mix.
+Both are written by the one file protocol (:mod:`gpchol._base.store`): atomically
+(temporary file, ``fsync``, ``os.replace``); the JSON's replacement is the commit, after
+which the previous arrays file is removed. A reader sees the old pair or the new pair,
+never a mix.
 
 Objects are written generically: a kernel or mean (a dataclass pytree) by its fields,
 another pytree class (``GaussianProcess``, ``Posterior``) by its ``tree_flatten``
@@ -57,12 +58,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 import os
-import platform
-import re
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
@@ -75,7 +73,8 @@ import gpchol._base.transforms as transforms_module
 import gpchol._fit as fit_module
 import gpchol._gp as gp_module
 from gpchol import kernels, means
-from gpchol._base.io import npz_bytes, sha256_bytes, write_bytes_atomic
+from gpchol._base.io import sha256_bytes
+from gpchol._base.store import FileKind, commit, named_arrays, versions, write_arrays
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "SaveFileError", "load", "save", "versions"]
 
@@ -100,21 +99,32 @@ class SaveFileError(ValueError):
     """
 
 
-def versions() -> dict[str, str]:
-    """The versions a saved file records (gpchol, JAX, NumPy, Python).
-
-    Example:
-        >>> from gpchol._persist import versions
-        >>> sorted(versions())
-        ['gpchol', 'jax', 'numpy', 'python']
-    """
-    pkg = sys.modules.get("gpchol")
-    return {
-        "gpchol": str(getattr(pkg, "__version__", "unknown")),
-        "jax": jax.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-    }
+_FILES = FileKind(
+    FORMAT,
+    FORMAT_VERSION,
+    {
+        "missing": "no such file: {path} (write one with gpchol.save)",
+        "directory": "file {path}: is a directory, not a file written by gpchol.save",
+        "unreadable": "file {path}: cannot be read ({error})",
+        "not-json": "file {path}: is not valid JSON (line {line}, column {column}: {msg}); is it "
+        "truncated? Save the object again",
+        "format": f"file {{path}}: is not a file written by gpchol.save (its 'format' is not "
+        f"{FORMAT!r})",
+        "version-type": "file {path}: 'format_version' must be an integer >= 1, not {version!r}",
+        "version-newer": "file {path}: was written by {by} in format version {version}; this "
+        "gpchol ({ours}) reads format version {newest} and older: upgrade gpchol to load it",
+        "arrays-name": "file {path}: 'arrays' names the file {name!r}, not an arrays file of "
+        "this JSON file",
+        "arrays-missing": "file {path}: its arrays file {name} is missing (keep it next to the "
+        "JSON file)",
+        "arrays-unreadable": "file {path}: its arrays file {name} cannot be read ({error})",
+        "arrays-hash": "file {path}: its arrays file {name} does not match the recorded sha256 "
+        "(damaged or replaced); save the object again",
+        "arrays-npz": "file {path}: its arrays file {name} is not a readable .npz ({error})",
+    },
+    lambda at, text: SaveFileError(text),
+)
+"""How :func:`load` words the problems of the protocol's part of a file."""
 
 
 # ---------------------------------------------------------------------------- classes
@@ -343,15 +353,6 @@ def _canonical(doc: dict[str, Any]) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _stem(path: str) -> str:
-    return path[: -len(".json")] if path.endswith(".json") else path
-
-
-def _arrays_name_pattern(json_path: str) -> re.Pattern[str]:
-    base = os.path.basename(_stem(json_path))
-    return re.compile(re.escape(base) + r"\.[0-9a-f]{16}\.npz")
-
-
 def save(obj: Any, path: str | os.PathLike[str]) -> None:
     """Saves a kernel, mean, GP, posterior, fit result (or a container of them) to ``path``.
 
@@ -397,40 +398,19 @@ def save(obj: Any, path: str | os.PathLike[str]) -> None:
         "object": encoded,
         "arrays": None,
     }
-    previous = _previous_arrays_file(path)
+    previous = named_arrays(path, "arrays", "file")
     written = None
     if writer.arrays:
-        data = npz_bytes(writer.arrays)
-        digest = sha256_bytes(data)
-        written = f"{os.path.basename(_stem(path))}.{digest[:16]}.npz"
-        write_bytes_atomic(os.path.join(os.path.dirname(os.path.abspath(path)), written), data)
+        f = write_arrays(path, writer.arrays)
+        written = f.name
         doc["arrays"] = {
-            "file": written,
-            "bytes": len(data),
-            "sha256": digest,
+            "file": f.name,
+            "bytes": f.size,
+            "sha256": f.sha256,
             "entries": writer.entries,
         }
     doc["sha256"] = sha256_bytes(_canonical(doc))
-    text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
-    write_bytes_atomic(path, text.encode())
-    if previous is not None and previous != written:
-        try:
-            os.unlink(os.path.join(os.path.dirname(os.path.abspath(path)), previous))
-        except OSError:
-            pass
-
-
-def _previous_arrays_file(path: str) -> str | None:
-    """The arrays file the JSON at ``path`` names now (to remove after the commit), if any."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-        name = doc["arrays"]["file"]
-    except Exception:
-        return None
-    if isinstance(name, str) and _arrays_name_pattern(path).fullmatch(name):
-        return name
-    return None
+    commit(path, json.dumps(doc, indent=1, allow_nan=False) + "\n", keep=written, remove=[previous])
 
 
 # ---------------------------------------------------------------------------- reading
@@ -447,25 +427,6 @@ class _Reader:
     def fail(self, problem: str) -> NoReturn:
         raise SaveFileError(f"file {self.path}: {problem}")
 
-    # -------------------------------------------------------------- the document
-    def read_json(self) -> dict[str, Any]:
-        path = self.path
-        if not os.path.exists(path):
-            raise SaveFileError(f"no such file: {path} (write one with gpchol.save)")
-        if os.path.isdir(path):
-            self.fail("is a directory, not a file written by gpchol.save")
-        try:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
-        except json.JSONDecodeError as e:
-            self.fail(
-                f"is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); is it "
-                "truncated? Save the object again"
-            )
-        except (OSError, UnicodeDecodeError, RecursionError, ValueError) as e:
-            self.fail(f"cannot be read ({e})")
-        return doc
-
     def check_header(self, doc: Any) -> None:
         if isinstance(doc, dict) and doc.get("format") == "gpchol-fit":
             self.fail(
@@ -473,20 +434,7 @@ class _Reader:
                 "`gpchol predict` reads it (gpchol.cli.model.Model.from_json), and a new "
                 "`gpchol fit` writes one gpchol.load reads"
             )
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            self.fail(f"is not a file written by gpchol.save (its 'format' is not {FORMAT!r})")
-        version = doc.get("format_version")
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            self.fail(f"'format_version' must be an integer >= 1, not {version!r}")
-        if version > FORMAT_VERSION:
-            vs = doc.get("versions")
-            written = vs.get("gpchol") if isinstance(vs, dict) else None
-            by = f"gpchol {written}" if isinstance(written, str) else "a newer gpchol"
-            self.fail(
-                f"was written by {by} in format version {version}; this gpchol "
-                f"({versions()['gpchol']}) reads format version {FORMAT_VERSION} and older: "
-                "upgrade gpchol to load it"
-            )
+        _FILES.check(doc, self.path)
         recorded = doc.get("sha256")
         try:
             actual = sha256_bytes(_canonical(doc))
@@ -498,38 +446,19 @@ class _Reader:
                 "damaged. Save the object again (a file is read only as written)"
             )
 
-    # ---------------------------------------------------------------- the arrays
     def read_arrays(self, spec: Any) -> None:
         if spec is None:
             return
         if not isinstance(spec, dict):
             self.fail("'arrays' must be a JSON object or null")
-        name = spec.get("file")
-        if not isinstance(name, str) or not _arrays_name_pattern(self.path).fullmatch(name):
-            self.fail(f"'arrays' names the file {name!r}, not an arrays file of this JSON file")
-        npz = os.path.join(os.path.dirname(os.path.abspath(self.path)), name)
-        try:
-            with open(npz, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            self.fail(f"its arrays file {name} is missing (keep it next to the JSON file)")
-        except OSError as e:
-            self.fail(f"its arrays file {name} cannot be read ({e})")
-        if sha256_bytes(data) != spec.get("sha256"):
-            self.fail(
-                f"its arrays file {name} does not match the recorded sha256 (damaged or "
-                "replaced); save the object again"
-            )
+        name, raw = _FILES.read_arrays(self.path, spec.get("file"), spec.get("sha256"))
         entries = spec.get("entries")
         if not isinstance(entries, dict):
             self.fail("'arrays' has no 'entries' object")
-        try:
-            with np.load(io.BytesIO(data), allow_pickle=False) as z:
-                raw = {k: z[k] for k in z.files}
-        except Exception as e:
-            self.fail(f"its arrays file {name} is not a readable .npz ({e})")
         if set(raw) != set(entries):
-            self.fail(f"its arrays file {name} holds other arrays than the JSON lists")
+            self.fail(
+                f"its arrays file {os.path.basename(name)} holds other arrays than the JSON lists"
+            )
         for key, entry in entries.items():
             self.arrays[key] = self.restore(key, raw[key], entry)
 
@@ -651,7 +580,7 @@ def load(path: str | os.PathLike[str], *, classes: Iterable[type] = ()) -> Any:
         [ 1. -2.] x
     """
     reader = _Reader(os.fspath(path), classes)
-    doc = reader.read_json()
+    doc = _FILES.read(reader.path)
     reader.check_header(doc)
     if "object" not in doc:
         reader.fail("'object' is missing")

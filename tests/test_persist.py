@@ -32,6 +32,7 @@ from gpchol import (
     means,
     save,
 )
+from gpchol._internal import io as io_mod
 from gpchol._internal import persist_module
 
 FORMAT_VERSION = persist_module.FORMAT_VERSION
@@ -286,6 +287,29 @@ def test_files_are_json_and_npz_atomic_and_replaced(tmp_path: pathlib.Path) -> N
     assert os.listdir(tmp_path) == ["k.json"]
 
 
+def test_failed_save_keeps_the_previous_files(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "k.json"
+    old = kernels.ExpSquared(jnp.asarray([1.0, 2.0]))
+    save(old, path)
+    before = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)}
+    real_replace = os.replace
+
+    def json_replace_fails(src: Any, dst: Any) -> None:  # the arrays land, the JSON not
+        if str(dst).endswith(".json"):
+            raise OSError("disk full")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(io_mod.os, "replace", json_replace_fails)
+    with pytest.raises(OSError, match="disk full"):
+        save(kernels.ExpSquared(jnp.asarray([3.0, 4.0])), path)
+    monkeypatch.undo()
+    assert {n: (tmp_path / n).read_bytes() for n in before} == before  # the old pair stands
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]
+    assert_bit_equal(load(path), old)
+
+
 def _rewrite(path: pathlib.Path, doc: dict[str, Any], rehash: bool = True) -> None:
     """Writes ``doc`` back, with its sha256 recomputed (a careful forger) unless told not."""
     import hashlib
@@ -429,7 +453,7 @@ def fixture_no_arrays() -> Any:
 
 
 @pytest.mark.parametrize(
-    "name, build", [("saved", fixture_object), ("plain", fixture_no_arrays)], ids=str
+    "name, build", [("saved", fixture_object), ("plain", fixture_no_arrays)], ids=["saved", "plain"]
 )
 def test_files_written_before_the_shared_protocol_load_and_are_written_the_same(
     name: str, build: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch

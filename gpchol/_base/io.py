@@ -1,4 +1,4 @@
-"""Atomic JSON and NPZ files (no pickle): the storage of checkpoints and fitted models.
+"""Atomic files: what the file protocol (:mod:`gpchol._base.store`) and the CLI write.
 
 Every writer goes through a temporary file in the target's directory followed by
 ``os.replace``, so a reader sees either the old file or the complete new one, never a
@@ -9,10 +9,11 @@ exception, ``KeyboardInterrupt``, ``SystemExit``).
 
 Example:
     >>> import os, tempfile, numpy as np
-    >>> from gpchol._base.io import load_npz, save_npz_atomic
+    >>> from gpchol._base.io import npz_bytes, write_bytes_atomic
     >>> path = os.path.join(tempfile.mkdtemp(), "a.npz")
-    >>> digest = save_npz_atomic(path, {"x": np.arange(3.0)})
-    >>> load_npz(path)["x"].tolist()
+    >>> write_bytes_atomic(path, npz_bytes({"x": np.arange(3.0)}))
+    >>> with np.load(path, allow_pickle=False) as z:
+    ...     z["x"].tolist()
     [0.0, 1.0, 2.0]
 """
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import tempfile
 from typing import Any
@@ -31,13 +31,8 @@ __all__ = [
     "TMP_PREFIX",
     "current_umask",
     "file_mode",
-    "file_sha256",
     "fsync_dir",
-    "load_json",
-    "load_npz",
     "npz_bytes",
-    "save_json_atomic",
-    "save_npz_atomic",
     "sha256_bytes",
     "write_bytes_atomic",
 ]
@@ -155,22 +150,6 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def save_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
-    """Writes ``obj`` as indented JSON to ``path`` atomically (tmp file + ``os.replace``).
-
-    Args:
-        path: destination file.
-        obj: a JSON-serialisable object (NaN/inf are written as JSON's ``NaN``/``Infinity``).
-    """
-    write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
-
-
-def load_json(path: str | os.PathLike[str]) -> Any:
-    """Reads a JSON file."""
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     """The bytes of an uncompressed ``.npz`` holding ``arrays`` (no object arrays)."""
     buf = io.BytesIO()
@@ -182,22 +161,3 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
         clean[k] = a
     np.savez(buf, **clean)
     return buf.getvalue()
-
-
-def save_npz_atomic(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> str:
-    """Writes ``arrays`` to ``path`` as ``.npz`` atomically; returns the file's SHA-256."""
-    data = npz_bytes(arrays)
-    write_bytes_atomic(path, data)
-    return sha256_bytes(data)
-
-
-def load_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """Reads every array of a ``.npz`` file (``allow_pickle=False``)."""
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    with open(path, "rb") as f:
-        return sha256_bytes(f.read())

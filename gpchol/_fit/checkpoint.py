@@ -1,18 +1,14 @@
 """Checkpoints of a fit: a manifest ``<base>.json`` naming a content-addressed ``.npz``.
 
-A :class:`~gpchol._fit.state.FitState` on disk, committed in one atomic step:
-
-1. the arrays go to ``<base>.<h>.npz``, ``h`` the first 16 hex digits of the file's
-   SHA-256 (temporary file, ``fsync``, ``os.replace``, ``fsync`` of the directory);
-2. the manifest ``<base>.json`` that names that file and its full SHA-256 is written the
-   same way: its ``os.replace`` is the commit;
-3. only then the previous arrays file (and any stale temporary file of this checkpoint)
-   is removed.
-
-So at every instant ``<base>.json`` names a complete arrays file that is on disk: a crash,
-``SIGKILL``, ``SIGINT`` or ``SIGTERM`` at any point leaves the previous checkpoint or the
-new one, never a mix. One fit at a time uses a checkpoint path: :class:`CheckpointLock`
-holds ``<base>.lock`` (an advisory ``flock``, POSIX) while it runs and refuses a second.
+A :class:`~gpchol._fit.state.FitState` on disk, committed in one atomic step by the one
+file protocol (:mod:`gpchol._base.store`): the arrays file ``<base>.<h>.npz`` (``h``: 16
+hex digits of its SHA-256), then the manifest ``<base>.json`` naming it (its
+``os.replace`` is the commit), then every other arrays file and stale temporary file of
+this checkpoint is removed. So ``<base>.json`` always names a complete arrays file on
+disk: a crash, ``SIGKILL``, ``SIGINT`` or ``SIGTERM`` at any point leaves the previous
+checkpoint or the new one, never a mix. One fit at a time uses a checkpoint path:
+:class:`CheckpointLock` holds ``<base>.lock`` (an advisory ``flock``, POSIX) while it runs
+and refuses a second.
 
 The manifest holds the format name and version, the arrays file and its hash, the
 fingerprint of the fit that wrote it (:mod:`gpchol._fit.fingerprint`) and the metadata of
@@ -43,9 +39,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
-import zipfile
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -54,16 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gpchol._base.io import (
-    TMP_PREFIX,
-    file_sha256,
-    fsync_dir,
-    load_npz,
-    npz_bytes,
-    save_json_atomic,
-    sha256_bytes,
-    write_bytes_atomic,
-)
+from gpchol._base.store import FileKind, commit, remove_files, stale_files, write_arrays
 from gpchol._fit.fingerprint import compare
 from gpchol._fit.state import FitState, StartRecord
 
@@ -72,7 +57,6 @@ __all__ = [
     "VERSION",
     "CheckpointError",
     "CheckpointLock",
-    "arrays_files",
     "checkpoint_exists",
     "load_checkpoint",
     "manifest_path",
@@ -86,7 +70,6 @@ VERSION = 2
 """The checkpoint format version (``version`` in the manifest; 1: the unfingerprinted
 ``<base>.json`` + ``<base>.npz`` pair of earlier releases, refused on resume)."""
 
-_HASH_CHARS = 16
 _REMEDY = "Delete the checkpoint's files or pass resume=False to start over."
 
 
@@ -115,6 +98,33 @@ class CheckpointError(ValueError):
         self.differences = list(differences or [])
 
 
+_NOT_JSON = "is damaged: not valid JSON ({error}; {size} bytes, truncated or overwritten?). "
+_FILES = FileKind(
+    FORMAT,
+    VERSION,
+    {
+        "unreadable": "cannot be read ({strerror}).",
+        "not-utf8": _NOT_JSON + _REMEDY,
+        "not-json": _NOT_JSON + _REMEDY,
+        "format": "is not a gpchol fit checkpoint. " + _REMEDY,
+        "version-type": "has format version {version!r}; this gpchol reads version {newest} "
+        "(written by a newer gpchol?). " + _REMEDY,
+        "version-older": "was written by an earlier gpchol (format version 1, with no "
+        "fingerprint to prove it belongs to this fit), so it cannot be resumed. Delete it and "
+        "{stem}.npz, or pass resume=False to start over.",
+        "arrays-name": "is damaged: it names no valid arrays file ({name!r}).",
+        "arrays-missing": "is missing (named by {path}; deleted or moved?). " + _REMEDY,
+        "arrays-hash": "is damaged: its SHA-256 does not match the one in {path} (truncated or "
+        "overwritten?). " + _REMEDY,
+        "arrays-unreadable": "cannot be read ({error}). " + _REMEDY,
+    },
+    CheckpointError,
+    version_key="version",
+    oldest=VERSION,
+)
+"""How a resume words the problems of the protocol's part of a checkpoint."""
+
+
 def _base(path: str | os.PathLike[str]) -> str:
     base = os.fspath(path)
     for ext in (".json", ".npz"):
@@ -138,33 +148,6 @@ def manifest_path(path: str | os.PathLike[str]) -> str:
         ('run/ck.json', 'run/ck.json')
     """
     return _base(path) + ".json"
-
-
-def _arrays_pattern(base: str) -> re.Pattern[str]:
-    name = re.escape(os.path.basename(base))
-    return re.compile(rf"{name}\.[0-9a-f]{{{_HASH_CHARS}}}\.npz")
-
-
-def arrays_files(path: str | os.PathLike[str]) -> list[str]:
-    """The arrays files (``<base>.<hash>.npz``) of the checkpoint at ``path`` on disk.
-
-    Normally one, the file the manifest names; another is the new file of a commit that
-    was cut short (removed by the next commit).
-
-    Args:
-        path: the base path (see :func:`manifest_path`).
-
-    Returns:
-        Their paths, sorted.
-    """
-    base = _base(path)
-    directory = os.path.dirname(base) or "."
-    pattern = _arrays_pattern(base)
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    return sorted(os.path.join(os.path.dirname(base), n) for n in names if pattern.fullmatch(n))
 
 
 def checkpoint_exists(path: str | os.PathLike[str]) -> bool:
@@ -261,29 +244,6 @@ def _numbered(prefix: str, tree: Any) -> dict[str, np.ndarray]:
     return {f"{prefix}_{i}": np.asarray(x) for i, x in enumerate(leaves)}
 
 
-def _sweep(base: str, keep: str) -> None:
-    """Removes this checkpoint's arrays files but ``keep`` and its stale temporary files."""
-    directory = os.path.dirname(base) or "."
-    name = os.path.basename(base)
-    arrays = _arrays_pattern(base)
-    tmp = re.compile(
-        re.escape(TMP_PREFIX)
-        + r"[a-z0-9_]{8}"  # tempfile.mkstemp's random part
-        + re.escape(name)
-        + rf"(\.json|\.[0-9a-f]{{{_HASH_CHARS}}}\.npz)"
-    )
-    removed = False
-    for n in os.listdir(directory):
-        if n != os.path.basename(keep) and (arrays.fullmatch(n) or tmp.fullmatch(n)):
-            try:
-                os.unlink(os.path.join(directory, n))
-                removed = True
-            except OSError:
-                pass
-    if removed:
-        fsync_dir(directory)
-
-
 def save_checkpoint(
     path: str | os.PathLike[str],
     state: FitState,
@@ -316,16 +276,13 @@ def save_checkpoint(
     if state.best is not None:
         arrays.update(_numbered("b", state.best_params))
         arrays["best_history"] = np.asarray(state.best.history, np.float64)
-    data = npz_bytes(arrays)
-    digest = sha256_bytes(data)
-    npz_name = f"{os.path.basename(base)}.{digest[:_HASH_CHARS]}.npz"
-    npz_path = os.path.join(os.path.dirname(base), npz_name)
-    write_bytes_atomic(npz_path, data)
+    json_path = base + ".json"
+    f = write_arrays(json_path, arrays)
     manifest = {
         "format": FORMAT,
         "version": VERSION,
-        "arrays": npz_name,
-        "arrays_sha256": digest,
+        "arrays": f.name,
+        "arrays_sha256": f.sha256,
         "optimizer": optimizer,
         "fingerprint": fingerprint,
         "state": {
@@ -342,41 +299,16 @@ def save_checkpoint(
             "best": None if state.best is None else state.best.meta(),
         },
     }
-    save_json_atomic(base + ".json", manifest)  # the commit
-    _sweep(base, keep=npz_path)
-    return npz_name
+    text = json.dumps(manifest, indent=2) + "\n"
+    commit(json_path, text, keep=f.name, remove=stale_files(json_path))  # the commit
+    return f.name
 
 
 def _read_manifest(json_path: str) -> dict[str, Any]:
-    try:
-        with open(json_path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise CheckpointError(json_path, f"cannot be read ({e.strerror or e}).") from None
-    try:
-        meta = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(
-            json_path,
-            f"is damaged: not valid JSON ({e}; {len(raw)} bytes, truncated or overwritten?). "
-            + _REMEDY,
-        ) from None
-    if not isinstance(meta, dict) or (meta.get("format") != FORMAT and "npz_sha256" not in meta):
-        raise CheckpointError(json_path, "is not a gpchol fit checkpoint. " + _REMEDY)
-    version = meta.get("version")
-    if version != VERSION:
-        if version == 1:
-            problem = (
-                "was written by an earlier gpchol (format version 1, with no fingerprint "
-                "to prove it belongs to this fit), so it cannot be resumed. Delete it and "
-                f"{_base(json_path)}.npz, or pass resume=False to start over."
-            )
-        else:
-            problem = (
-                f"has format version {version!r}; this gpchol reads version {VERSION} "
-                "(written by a newer gpchol?). " + _REMEDY
-            )
-        raise CheckpointError(json_path, problem)
+    meta = _FILES.read(json_path)
+    # the first format (version 1) had no 'format' field; its 'npz_sha256' marks it
+    first = isinstance(meta, dict) and meta.get("format") != FORMAT and "npz_sha256" in meta
+    _FILES.check({**meta, "format": FORMAT} if first else meta, json_path)
     return meta
 
 
@@ -400,29 +332,6 @@ def _tree_from_arrays(template: Any, arrays: list[np.ndarray], what: str, npz_pa
             )
         out.append(jnp.asarray(a, dtype=t.dtype))
     return jax.tree_util.tree_unflatten(treedef, out)
-
-
-def _read_arrays(json_path: str, meta: dict[str, Any]) -> tuple[str, dict[str, np.ndarray]]:
-    name, digest = meta.get("arrays"), meta.get("arrays_sha256")
-    base = _base(json_path)
-    if not isinstance(name, str) or not _arrays_pattern(base).fullmatch(name):
-        raise CheckpointError(json_path, f"is damaged: it names no valid arrays file ({name!r}).")
-    npz_path = os.path.join(os.path.dirname(base), name)
-    if not os.path.exists(npz_path):
-        raise CheckpointError(
-            npz_path,
-            f"is missing (named by {json_path}; deleted or moved?). " + _REMEDY,
-        )
-    if file_sha256(npz_path) != digest:
-        raise CheckpointError(
-            npz_path,
-            f"is damaged: its SHA-256 does not match the one in {json_path} (truncated or "
-            "overwritten?). " + _REMEDY,
-        )
-    try:
-        return npz_path, load_npz(npz_path)
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise CheckpointError(npz_path, f"cannot be read ({e}). " + _REMEDY) from None
 
 
 def load_checkpoint(
@@ -466,7 +375,7 @@ def load_checkpoint(
             + ". Delete it, use another checkpoint path, or pass resume=False.",
             differences,
         )
-    npz_path, arrays = _read_arrays(json_path, meta)
+    npz_path, arrays = _FILES.read_arrays(json_path, meta.get("arrays"), meta.get("arrays_sha256"))
     try:
         st = meta["state"]
         n_u, n_s = int(st["n_param_leaves"]), int(st["n_state_leaves"])
@@ -501,5 +410,6 @@ def load_checkpoint(
         raise CheckpointError(
             json_path, f"is damaged: a field or array is missing or malformed ({e!r}). " + _REMEDY
         ) from None
-    _sweep(_base(json_path), keep=npz_path)  # what a commit cut short (SIGKILL) left
+    # what a commit cut short (SIGKILL) left
+    remove_files(json_path, stale_files(json_path), keep=os.path.basename(npz_path))
     return state

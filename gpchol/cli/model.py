@@ -22,9 +22,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import os
 from typing import Any, NoReturn
 
 import jax.numpy as jnp
@@ -33,9 +31,10 @@ import optax
 
 import gpchol
 from gpchol import FitResult, GaussianProcess
+from gpchol._base.store import FileKind
+from gpchol._base.store import versions as saved_versions
 from gpchol._persist import FORMAT as SAVE_FORMAT
 from gpchol._persist import SaveFileError, load, save
-from gpchol._persist import versions as saved_versions
 from gpchol.cli.errors import CLIError
 from gpchol.cli.spec import ModelSpec, SpecError
 
@@ -45,6 +44,27 @@ FORMAT = "gpchol-fit"
 """The ``format`` field of a model file's content."""
 FORMAT_VERSION = 1
 """The ``format_version`` field of a model file's content."""
+
+_FILES = FileKind(
+    FORMAT,
+    FORMAT_VERSION,
+    {
+        "missing": "no such model file: {path} (write one with `gpchol fit`)",
+        "directory": "model file {path} is a directory",
+        "unreadable": "cannot read model file {path}: {error}",
+        "not-json": "model file {path} is not valid JSON (line {line}, column {column}: {msg}); "
+        "is it truncated? Refit with `gpchol fit`",
+        "format": f"model file {{path}}: not a gpchol model file (its 'format' is not {FORMAT!r})",
+        "version-missing": "model file {path}: 'format_version' is missing; refit with "
+        "`gpchol fit`",
+        "version-type": "model file {path}: 'format_version' must be an integer >= 1, not "
+        "{version!r}",
+        "version-newer": "model file {path}: written by {by} in format version {version}; this "
+        "gpchol ({ours}) reads version {newest}: upgrade gpchol, or refit the model with this one",
+    },
+    lambda at, text: CLIError(text),
+)
+"""How a model file's problems of the protocol's part are worded (the file and its content)."""
 
 
 def data_hash(X: np.ndarray, y: np.ndarray) -> str:
@@ -333,20 +353,7 @@ class Model:
         Raises:
             CLIError: one line naming the file and the first problem found.
         """
-        if not os.path.exists(path):
-            raise CLIError(f"no such model file: {path} (write one with `gpchol fit`)")
-        if os.path.isdir(path):
-            raise CLIError(f"model file {path} is a directory")
-        try:
-            with open(path, encoding="utf-8") as f:
-                m = json.load(f)
-        except json.JSONDecodeError as e:
-            raise CLIError(
-                f"model file {path} is not valid JSON (line {e.lineno}, column {e.colno}: "
-                f"{e.msg}); is it truncated? Refit with `gpchol fit`"
-            ) from None
-        except (OSError, UnicodeDecodeError, RecursionError, ValueError) as e:
-            raise CLIError(f"cannot read model file {path}: {e}") from None
+        m = _FILES.read(path)
         if isinstance(m, dict) and m.get("format") == SAVE_FORMAT:
             try:
                 m = load(path)  # checks the versions, the hashes and the arrays file
@@ -412,21 +419,7 @@ class _ModelFile:
         return a
 
     def read(self, m: Any) -> tuple[Model, dict[str, np.ndarray]]:
-        if not isinstance(m, dict) or m.get("format") != FORMAT:
-            self.fail(f"not a gpchol model file (its 'format' is not {FORMAT!r})")
-        version = self.field(m, "format_version")
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            self.fail(f"'format_version' must be an integer >= 1, not {version!r}")
-        if version > FORMAT_VERSION:
-            written = (
-                m.get("versions", {}).get("gpchol") if isinstance(m.get("versions"), dict) else None
-            )
-            by = f"gpchol {written}" if isinstance(written, str) else "a newer gpchol"
-            self.fail(
-                f"written by {by} in format version {version}; this gpchol "
-                f"({gpchol.__version__}) reads version {FORMAT_VERSION}: upgrade gpchol, or "
-                "refit the model with this one"
-            )
+        _FILES.check(m, self.path)
         spec = self.spec(self.section(m, "kernel"))
         d = spec.d
         params = self.params(self.section(m, "params"), spec)
