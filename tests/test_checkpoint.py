@@ -497,19 +497,33 @@ def test_signal_in_a_fit_inside_a_fit_stops_both(tmp_path: pathlib.Path) -> None
 
 CHILD = textwrap.dedent(
     """
-    import os, signal, sys
+    import os, signal, sys, time
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
     import jax
     jax.config.update("jax_enable_x64", True)
     from gpchol import fit
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from problem import run
+    from problem import KW, KW_LOSS, run
+
+
+    def last_step_waits_for(sent, last):
+        # no fit ends before its signal: at its last step it waits until the parent has
+        # sent it (the parent creates `sent` after sending), so the signal is delivered
+        # at that step's boundary at the latest
+        def cb(step, params, loss):
+            while step == last and not os.path.exists(sent):
+                time.sleep(0.001)
+
+        return cb
+
 
     for i, arg in enumerate(sys.argv[1:]):
         kind, d = arg.split(":", 1)
+        last = (KW if kind == "gp" else KW_LOSS)["steps"]
         print("start", i, flush=True)
         try:
-            run(fit, kind, checkpoint=os.path.join(d, "ck"), checkpoint_every=1)
+            cb = last_step_waits_for(d + ".sent", last)
+            run(fit, kind, checkpoint=os.path.join(d, "ck"), checkpoint_every=1, callback=cb)
             print("finished", i, flush=True)
         except KeyboardInterrupt as e:
             print("interrupted", i, type(e).__name__, flush=True)
@@ -537,9 +551,11 @@ def test_signals_at_random_times_leave_a_resumable_checkpoint(
     tmp_path: pathlib.Path, rng: np.random.Generator
 ) -> None:
     # One child process fits again and again with checkpoint_every=1; each fit gets a
-    # signal at a random time once it is committing (mid-step, mid-commit, ...). Every
-    # checkpoint left must be one whole commit that resumes, here, to the exact result of
-    # an uninterrupted fit (so the fingerprint is also the same in another process).
+    # signal at a random time once it is committing (mid-step, mid-commit, ...; a fit
+    # that reaches its last step waits there for it, so every fit is stopped by its
+    # signal however fast the machine). Every checkpoint left must be one whole commit
+    # that resumes, here, to the exact result of an uninterrupted fit (so the
+    # fingerprint is also the same in another process).
     ns = _problem(RANDOM_STEPS)
     (tmp_path / "problem.py").write_text(PROBLEM.replace("STEPS", str(RANDOM_STEPS)))
     (tmp_path / "child.py").write_text(CHILD)
@@ -569,6 +585,7 @@ def test_signals_at_random_times_leave_a_resumable_checkpoint(
             _wait_for(d / "ck.json", proc, timeout=120.0)  # compiled, stepping, committing
             time.sleep(rng.uniform(0.0, 0.25))
             proc.send_signal(sig)
+            (tmp_path / f"run{i}.sent").touch()  # after the signal: the fit may end now
             if sig != signal.SIGKILL:
                 outcomes.append(proc.stdout.readline().split())
         proc.wait(timeout=120)
@@ -578,12 +595,10 @@ def test_signals_at_random_times_leave_a_resumable_checkpoint(
     err = proc.stderr.read()
     assert proc.returncode == -signal.SIGKILL and "Traceback" not in err, (proc.returncode, err)
     for i, ((_, sig), out) in enumerate(zip(tries, outcomes, strict=False)):
-        if out[0] != "finished":  # (a fit may end before its signal on a fast machine)
-            want = ["interrupted", str(i), "FitInterrupted"]
-            if sig == signal.SIGTERM:
-                want = ["terminated", str(i), "143", "FitTerminated"]
-            assert out == want, (i, out)
-    assert sum(o[0] != "finished" for o in outcomes) >= 3, outcomes
+        want = ["interrupted", str(i), "FitInterrupted"]
+        if sig == signal.SIGTERM:
+            want = ["terminated", str(i), "143", "FitTerminated"]
+        assert out == want, (i, out)  # every fit stopped by its signal
 
     refs = {kind: ns["run"](fit, kind) for kind in ("gp", "loss")}
     for (kind, sig), d in zip(tries, dirs, strict=True):
