@@ -244,8 +244,8 @@ def checked_noise(
         raise TypeError(f"noise must be a real scalar or (m,) array; got dtype {nz.dtype}.")
     if nz.ndim > 1 or (nz.ndim == 1 and nz.shape[0] != m):
         raise ValueError(
-            f"noise (at the test points: their observation-noise variance) must be a scalar "
-            f"or have shape ({m},), one variance per test point; got shape {tuple(nz.shape)}."
+            f"noise (at the test points) must be a scalar or have shape ({m},), one "
+            f"observation-noise variance per test point; got shape {tuple(nz.shape)}."
         )
     if is_concrete(nz):
         v = np.asarray(nz)
@@ -294,7 +294,7 @@ def _map_blocks(f: Any, Xs: jax.Array, b: int) -> Any:
     """``f`` over blocks of ``b`` rows of ``Xs`` (a ``lax.map``; the last block padded
     with copies of the last row): its outputs stacked, ``(blocks, ...)``."""
     m = Xs.shape[0]
-    if m <= b:
+    if m == b:
         return jax.tree.map(lambda o: o[None], f(Xs))
     nblk = -(-m // b)
     return lax.map(f, _pad(Xs, nblk * b).reshape(nblk, b, Xs.shape[1]))

@@ -25,41 +25,29 @@ buffer besides the factor's local block.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
 from gpchol._base.validate import as_inputs, is_concrete
+from gpchol._linalg import posterior_core as core
 from gpchol.distributed import _api, _local
-from gpchol.distributed._gp import Setup, factor, kernel_block, noise_vector, prepare
+from gpchol.distributed._gp import Setup, factor, kernel_block, prepare
 
-__all__ = ["ShardedPosterior", "condition"]
+__all__ = ["ShardedPosterior", "ShardedSolver", "condition"]
 
 
 def _static_mean(mean: Any) -> bool:
     """A plain function (not a pytree with leaves) is kept as static data."""
     return callable(mean) and jax.tree_util.tree_leaves(mean) == [mean]
-
-
-def _check_block(block_size: object) -> int | None:
-    if block_size is None:
-        return None
-    if isinstance(block_size, (bool, np.bool_)) or not isinstance(block_size, (int, np.integer)):
-        raise TypeError(
-            f"block_size (test points per block) must be a positive int or None; got "
-            f"{block_size!r} of type {type(block_size).__name__}."
-        )
-    if block_size < 1:
-        raise ValueError(f"block_size (test points per block) must be >= 1; got {block_size}.")
-    return int(block_size)
 
 
 def default_block(n: int, P_: int) -> int:
@@ -170,81 +158,16 @@ class ShardedPosterior:
             f"block_size={self.block_size})"
         )
 
-    # ------------------------------------------------------------------------ inputs
-    def _Xs(self, Xs: ArrayLike | None) -> jax.Array:
-        if Xs is None:
-            return self.X
-        Xs = as_inputs(Xs, "Xs")
-        d = self.X.shape[1]
-        if Xs.shape[1] != d:
-            raise ValueError(
-                f"Xs has {Xs.shape[1]} column(s) but the training inputs X have {d}; pass "
-                f"test inputs of shape (m, {d})."
-            )
-        if is_concrete(Xs):
-            bad = np.flatnonzero(~np.all(np.isfinite(np.asarray(Xs)), axis=1))
-            if bad.size:
-                raise ValueError(
-                    f"Xs has NaN or inf in row(s) {bad[:5].tolist()}"
-                    + (f" and {bad.size - 5} more" if bad.size > 5 else "")
-                    + "; drop or impute those test points first."
-                )
-        return Xs.astype(self.X.dtype)
-
-    def _block(self, m: int, block_size: object) -> int:
-        b = _check_block(block_size)
-        if b is None:
-            b = self.block_size
-        g = self.setup.grid
-        if b is None:
-            b = default_block(self.setup.n, g.Pr * g.Pc)
-        b = max(1, min(b, m))
-        return -(-b // g.Pc) * g.Pc
-
-    def _test_noise(
-        self, noise: ArrayLike | None, include_noise: bool, m: int, training: bool
-    ) -> jax.Array:
-        """The observation-noise variance added at the test points, ``(m,)``."""
-        dtype = self.X.dtype
-        if noise is None:
-            if not include_noise:
-                return jnp.zeros((m,), dtype)
-            tn = jnp.asarray(self.noise, dtype)
-            if tn.ndim == 1 and tn.shape[0] != 1 and not training:
-                raise ValueError(
-                    "include_noise=True with per-point (heteroscedastic) training noise needs "
-                    f"the test points' own noise: pass noise=<scalar or ({m},) array>, or "
-                    "Xs=None for the training inputs."
-                )
-            return jnp.broadcast_to(tn.reshape(-1)[0] if tn.shape == (1,) else tn, (m,))
-        v = noise_vector(noise, m, dtype, "noise (at the test points)")
-        if is_concrete(v) and (not np.all(np.isfinite(np.asarray(v))) or np.any(v < 0)):
-            raise ValueError(
-                "noise (the test points' observation-noise variance) must be finite and >= 0."
-            )
-        return v
-
     def _predict(
-        self, Xs: ArrayLike | None, kernel: Any, block_size: object, want_var: bool
-    ) -> tuple[jax.Array, jax.Array | None]:
-        """``(mean, latent variance or None)`` at ``Xs``; ``kernel``: a component's params."""
-        x = self._Xs(Xs)
-        m = x.shape[0]
+        self, Xs: ArrayLike | None, kernel: Any, block_size: object, **kw: Any
+    ) -> tuple[jax.Array, jax.Array]:
+        """The posterior core's ``(mean, variance)``; ``kernel``: a component's params."""
         if kernel is not None and self.part_check is not None:
             kernel = self.part_check(kernel)  # None: the part is the whole model
-        whole = kernel is None
-        prior = _mean_at(self.prior_mean, x) if whole else jnp.zeros((m,), x.dtype)
-        if m == 0:
-            return prior, (prior if want_var else None)
-        mb = self._block(m, block_size)
-        M = -(-m // mb) * mb
-        Xp = jnp.pad(x, ((0, M - m), (0, 0)), mode="edge").reshape(M // mb, mb, -1)
-        params = self.params if whole else kernel
-        out = _predict_jitted(self.setup, mb, want_var)(params, self.X, self.L, self.alpha, Xp)
-        mu = out[0].reshape(M)[:m] + prior
-        if not want_var:
-            return mu, None
-        return mu, jnp.maximum(out[1].reshape(M)[:m], 0.0)
+        return core.predict(
+            ShardedSolver.of(self), Xs, dtype=self.X.dtype, part=kernel, model_noise=self.noise,
+            block_size=block_size, own_block=self.block_size, **kw,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------- predictions
     def mean(
@@ -284,10 +207,7 @@ class ShardedPosterior:
         Returns:
             ``(mean, variance)``, each ``(m,)``, replicated.
         """
-        training = Xs is None
-        mu, var = self._predict(Xs, kernel, block_size, want_var=True)
-        assert var is not None  # want_var
-        return mu, var + self._test_noise(noise, include_noise, mu.shape[0], training)
+        return self._predict(Xs, kernel, block_size, noise=noise, include_noise=include_noise)
 
     def variance(
         self,
@@ -339,70 +259,119 @@ def _mean_at(mean: Any, Xs: jax.Array) -> jax.Array:
     return jnp.broadcast_to(v.reshape(()), (m,))
 
 
-def _predict_body(
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["params", "X", "L", "alpha", "mean"],
+    meta_fields=["setup", "static_mean"],
+)
+@dataclasses.dataclass(frozen=True)
+class ShardedSolver:
+    """A :class:`ShardedPosterior`'s arrays for the posterior core: one block of ``mb``
+    test points (a multiple of ``Pc``) per ``shard_map`` (see the module's notes); ``V`` is
+    the replicated ``(N, mb)`` result of the sharded forward substitution. Its structure
+    is the set-up's (not the posterior's ``part_check``): one program per set-up."""
+
+    setup: Setup
+    params: Any
+    X: jax.Array
+    L: jax.Array
+    alpha: jax.Array
+    mean: Any
+    static_mean: Any
+
+    @classmethod
+    def of(cls, p: ShardedPosterior) -> ShardedSolver:
+        static = _static_mean(p.prior_mean)
+        m = p.prior_mean
+        return cls(
+            p.setup, p.params, p.X, p.L, p.alpha, None if static else m, m if static else None
+        )
+
+    @property
+    def inputs(self) -> jax.Array:
+        return self.X
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return ()
+
+    @property
+    def block_multiple(self) -> int:
+        return self.setup.grid.Pc
+
+    def default_block(self, m: int) -> int:
+        return default_block(self.setup.n, self.setup.grid.Pr * self.setup.grid.Pc)
+
+    def _params(self, part: Any) -> Any:
+        return self.params if part is None else part
+
+    def project(self, xb: jax.Array, part: Any, whiten: bool) -> tuple[jax.Array, jax.Array | None]:
+        run = _project_fn(self.setup, xb.shape[0], whiten)
+        out = run(self._params(part), self.X, self.L, self.alpha, xb)
+        return out[0], (out[1] if whiten else None)
+
+    def prior_mean(self, xb: jax.Array) -> jax.Array:
+        return _mean_at(self.static_mean if self.mean is None else self.mean, xb)
+
+    def prior_variance(self, xb: jax.Array, part: Any) -> jax.Array:
+        s, params = self.setup, self._params(part)
+        return jax.vmap(lambda x: kernel_block(s, params, x[None], x[None])[0, 0])(xb)
+
+    def prior_covariance(self, xs: jax.Array, part: Any) -> jax.Array:
+        return kernel_block(self.setup, self._params(part), xs, xs)
+
+
+def _project_body(
     s: Setup,
     mb: int,
-    want_var: bool,
+    whiten: bool,
     params: Any,
     X: jax.Array,
     L: jax.Array,
     alpha: jax.Array,
-    Xs: jax.Array,
+    xb: jax.Array,
 ) -> tuple[jax.Array, ...]:
-    """Per device: its tiles of ``K_*`` for each chunk, then ``K_*^T alpha`` (and
-    ``diag k(Xs, Xs) - colsum(V * V)`` with ``want_var``).
-
-    ``Xs``: replicated ``(chunks, mb, d)``; returns replicated ``(chunks, mb)`` arrays.
-    """
+    """Per device: its tiles of ``K_*`` for one block ``xb`` (replicated ``(mb, d)``), then
+    ``K_*^T alpha`` (one ``psum``) and, with ``whiten``, ``V = L^-1 K_*`` (replicated)."""
     g = s.grid
     pr, pc = _local.coords(g)
     gr = _local.global_rows(g, pr)
-    real = (gr < s.n)[:, None]
-    Xr = jnp.take(X, jnp.minimum(gr, s.n - 1), axis=0)
-    a_r = jnp.take(alpha[:, 0], gr)
     mbc = mb // g.Pc
-    D = [_local.diag_tile(g, L, k) for k in range(g.nt)] if want_var else None
-
-    def own_tiles(Xc: jax.Array) -> jax.Array:
-        """``K(X[own rows], Xc[own slice])``, ``(mr T, mb / Pc)``, zero on padded rows."""
-        Xmine = lax.dynamic_slice_in_dim(Xc, pc * mbc, mbc)
-        Ks = kernel_block(s, params, Xr, Xmine)
-        return jnp.where(real, Ks, jnp.zeros((), Ks.dtype))
-
-    def chunk(Xc: jax.Array) -> tuple[jax.Array, ...]:
-        Ks = own_tiles(Xc)
-        part = lax.dynamic_update_slice(jnp.zeros((mb,), Ks.dtype), Ks.T @ a_r, (pc * mbc,))
-        mu = _local.psum(part, g.axes)
-        if not want_var:
-            return (mu,)
-        B = lax.dynamic_update_slice(jnp.zeros((Ks.shape[0], mb), Ks.dtype), Ks, (0 * pc, pc * mbc))
-        V = _local.trsv_lower_local(g, L, B, D, local_rows=True)
-        kss = jax.vmap(lambda x: kernel_block(s, params, x[None], x[None])[0, 0])(Xc)
-        return mu, kss - jnp.sum(V * V, axis=0)
-
-    return lax.map(chunk, Xs)
+    # K(X[own rows], xb[own slice]), (mr T, mb / Pc), zero on padded rows
+    Xr = jnp.take(X, jnp.minimum(gr, s.n - 1), axis=0)
+    Ks = kernel_block(s, params, Xr, lax.dynamic_slice_in_dim(xb, pc * mbc, mbc))
+    Ks = jnp.where((gr < s.n)[:, None], Ks, jnp.zeros((), Ks.dtype))
+    part = Ks.T @ jnp.take(alpha[:, 0], gr)
+    mu = _local.psum(
+        lax.dynamic_update_slice(jnp.zeros((mb,), Ks.dtype), part, (pc * mbc,)), g.axes
+    )
+    if not whiten:
+        return (mu,)
+    D = [_local.diag_tile(g, L, k) for k in range(g.nt)]
+    at = (0 * pc, pc * mbc)  # indices of one integer type (pc is traced)
+    B = lax.dynamic_update_slice(jnp.zeros((Ks.shape[0], mb), Ks.dtype), Ks, at)
+    return mu, _local.trsv_lower_local(g, L, B, D, local_rows=True)
 
 
 @functools.lru_cache(maxsize=64)
-def _predict_jitted(s: Setup, mb: int, want_var: bool) -> Callable[..., tuple[jax.Array, ...]]:
-    """The jitted prediction for one static set-up and chunk (compiled once per shapes)."""
-    body = functools.partial(_predict_body, s, mb, want_var)
+def _project_fn(s: Setup, mb: int, whiten: bool) -> Callable[..., tuple[jax.Array, ...]]:
+    """The ``shard_map`` of :func:`_project_body` for one set-up and block size."""
     smap = jax.shard_map(
-        body,
+        functools.partial(_project_body, s, mb, whiten),
         mesh=s.mesh,
         in_specs=(P(), P(), s.spec, P(), P()),
-        out_specs=(P(), P()) if want_var else (P(),),
+        out_specs=(P(), P()) if whiten else (P(),),
         check_vma=False,
     )
 
     def run(
-        params: Any, X: jax.Array, L: jax.Array, alpha: jax.Array, Xs: jax.Array
+        params: Any, X: jax.Array, L: jax.Array, alpha: jax.Array, xb: jax.Array
     ) -> tuple[jax.Array, ...]:
         L = _api.place_traced(L, s.mesh, s.spec)
-        X, alpha, Xs = (_api.replicated(v, s.mesh) for v in (X, alpha, Xs))
-        return smap(params, X, L, alpha, Xs)
+        X, alpha, xb = (_api.replicated(v, s.mesh) for v in (X, alpha, xb))
+        return smap(params, X, L, alpha, xb)
 
-    return jax.jit(run)
+    return run
 
 
 @functools.lru_cache(maxsize=64)
@@ -476,7 +445,7 @@ def condition(
         isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not jitter >= 0
     ):
         raise ValueError(f"jitter must be a float >= 0 or None; got {jitter!r}.")
-    block_size = _check_block(block_size)
+    block_size = core.check_block_size(block_size)
     Xa = as_inputs(X)
     noise_arr = jnp.asarray(noise, Xa.dtype)
     s, Xa, r, noise_v = prepare(kernel_fn, Xa, y, noise_arr, mean, mesh, T_A, axes)
