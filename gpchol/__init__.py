@@ -1,14 +1,15 @@
 """gpchol: a differentiable tiled Cholesky factorization and exact Gaussian processes for JAX.
 
 The public API is flat: everything a user needs is named here; ``gpchol.kernels``,
-``gpchol.means`` and ``gpchol.datasets`` are public submodules.
+``gpchol.means``, ``gpchol.likelihoods`` and ``gpchol.datasets`` are public submodules.
 """
 
 import types as _types
 
-from gpchol import datasets, kernels, means
+from gpchol import datasets, kernels, likelihoods, means
 from gpchol._base.compile_cache import enable_compile_cache
 from gpchol._base.errors import NotPositiveDefiniteError
+from gpchol._base.minibatch import minibatches
 from gpchol._base.transforms import (
     Bounded,
     Identity,
@@ -36,6 +37,7 @@ from gpchol._gp import (
     SingularCovarianceWarning,
 )
 from gpchol._gp.posterior import additive_terms
+from gpchol._gp.svgp import SVGP, SVGPPosterior
 from gpchol._linalg.solve import cho_inverse, cho_solve, logdet, mvn_logpdf, solve_triangular
 from gpchol._persist import SaveFileError, load, save
 from gpchol._routing import cholesky, cholesky_with_status
@@ -58,6 +60,7 @@ def __getattr__(name: str) -> _types.ModuleType:
 
 
 __all__ = [
+    "SVGP",
     "BatchedFitResult",
     "Bounded",
     "CheckpointError",
@@ -73,6 +76,7 @@ __all__ = [
     "NotPositiveDefiniteError",
     "Positive",
     "Posterior",
+    "SVGPPosterior",
     "SaveFileError",
     "SingularCovarianceWarning",
     "Transform",
@@ -88,9 +92,11 @@ __all__ = [
     "fit",
     "fit_batched",
     "kernels",
+    "likelihoods",
     "load",
     "logdet",
     "means",
+    "minibatches",
     "mvn_logpdf",
     "save",
     "solve_triangular",
