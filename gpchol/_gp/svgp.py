@@ -42,8 +42,8 @@ Example:
 
 from __future__ import annotations
 
-from functools import partial
-from typing import Any
+import dataclasses
+from typing import Any, ClassVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -54,14 +54,14 @@ from gpchol._base.errors import NotPositiveDefiniteError
 from gpchol._base.minibatch import positive_int
 from gpchol._base.validate import as_inputs, check_jitter, is_concrete
 from gpchol._gp.likelihoods import Likelihood
-from gpchol._gp.posterior import gaussian_samples, sample_count
+from gpchol._linalg import posterior_core as core
 from gpchol._linalg.blocks import trsm
 from gpchol._linalg.status import raise_if_failed
 from gpchol._routing import cholesky_with_status
 from gpchol.kernels import Kernel, as_kernel
 from gpchol.means import Mean, as_mean
 
-__all__ = ["SVGP", "SVGPPosterior"]
+__all__ = ["SVGP", "SVGPPosterior", "SVGPSolver"]
 
 
 def _check_likelihood(likelihood: object) -> Likelihood:
@@ -293,16 +293,20 @@ class SVGP:
         logdiag = jnp.log(jnp.abs(jnp.diagonal(S)))
         return 0.5 * (jnp.sum(S * S) + jnp.dot(m, m) - M) - jnp.sum(logdiag)
 
-    def marginals(self, Lz: jax.Array, X: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Mean and variance of ``q(f(x))`` at each row of ``X`` ``(b, d)``: ``(b,)`` each."""
+    def solver(self, Lz: jax.Array) -> SVGPSolver:
+        """The posterior core's solver of ``q(f)`` given the factor ``L_z`` of ``K_uu``."""
         m, S = self.whitened(Lz)
-        dtype = Lz.dtype
-        X = X.astype(dtype)
-        A = trsm(Lz, self.kernel(self.inducing.astype(dtype), X).astype(dtype), left=True)
-        mean = self.mean(X).astype(dtype) + A.T @ m
-        SA = S.T @ A
-        var = self.kernel.diag(X).astype(dtype) - jnp.sum(A * A, 0) + jnp.sum(SA * SA, 0)
-        return mean, jnp.maximum(var, 0.0)
+        return SVGPSolver(self.kernel, self.inducing.astype(Lz.dtype), self.mean, Lz, m, S)
+
+    def marginals(self, Lz: jax.Array, X: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Mean and variance of ``q(f(x))`` at each row of ``X`` ``(b, d)``: ``(b,)`` each
+        (the solver's block, as the posterior core predicts it)."""
+        solver = self.solver(Lz)
+        X = X.astype(Lz.dtype)
+        mu, V = solver.project(X, None, True)
+        V = cast(jax.Array, V)  # asked for (whiten=True)
+        var = solver.prior_variance(X, None) - jnp.sum(V * V, axis=0)
+        return solver.prior_mean(X).astype(mu.dtype) + mu, jnp.maximum(var, 0.0)
 
     def _batch(self, X: ArrayLike, y: ArrayLike) -> tuple[jax.Array, jax.Array]:
         X = self._inputs(X, "X")
@@ -380,19 +384,21 @@ class SVGP:
             ) from None
 
     # ------------------------------------------------------------------- prediction
-    def condition(self, *, check: bool = False) -> SVGPPosterior:
+    def condition(self, *, check: bool = False, block_size: int | None = None) -> SVGPPosterior:
         """The variational posterior ``q(f)``, ready to predict (factors ``K_uu`` once).
 
         Args:
             check: raise :class:`gpchol.NotPositiveDefiniteError` when ``K_uu`` is not
                 positive definite (outside ``jit``); without it predictions are NaN.
+            block_size: the default number of test points per block of the posterior's
+                predictions (``None``: chosen from ``M``).
 
         Returns:
             An :class:`SVGPPosterior`.
         """
         Lz, status, used = _factor_jit(self)
         self._check(status, check, "condition")
-        return SVGPPosterior(self, Lz, status, used)
+        return SVGPPosterior(self, Lz, status, used, block_size)
 
     def predict(self, Xs: ArrayLike) -> tuple[jax.Array, jax.Array]:
         """Mean and variance of the latent ``f`` at ``Xs`` ``(m, d)`` under ``q``:
@@ -414,47 +420,112 @@ _elbo_jit = jax.jit(SVGP._elbo)
 _factor_jit = jax.jit(SVGP.factor)
 
 
-@partial(jax.jit, static_argnames=("block",))
-def _mean_and_variance(post: SVGPPosterior, Xs: jax.Array, block: int) -> tuple[Any, Any]:
-    """``q(f)``'s marginals at ``Xs``, ``block`` test points at a time (``lax.map``; the
-    last block padded with copies of the last point)."""
-    m = Xs.shape[0]
-    if m <= block:
-        return post.model.marginals(post.L, Xs)
-    nblk = -(-m // block)
-    Xp = jnp.concatenate([Xs, jnp.broadcast_to(Xs[-1:], (nblk * block - m, Xs.shape[1]))])
-    mu, var = jax.lax.map(
-        lambda xb: post.model.marginals(post.L, xb), Xp.reshape(nblk, block, Xs.shape[1])
-    )
-    return mu.reshape(-1)[:m], var.reshape(-1)[:m]
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SVGPSolver:
+    r"""``q(f)`` of an :class:`SVGP` for the posterior core
+    (:mod:`gpchol._linalg.posterior_core`).
+
+    With ``A = L_z^-1 k(Z, xb)`` and the whitened ``(q_mu, S)``, ``q(f)`` at ``xb`` has mean
+    ``m(xb) + A^T q_mu`` and covariance ``k(xb, xb) - A^T A + (S^T A)^T (S^T A)``. The core
+    subtracts ``V^T V`` from the solver's prior term: ``V = A``, and the prior term carries
+    ``q``'s own ``(S^T A)^T (S^T A)`` (``A`` is built once per block: the projection and
+    the prior term compute it from the same operands in one program).
+    """
+
+    kernel: Any
+    inducing: jax.Array
+    mean: Any
+    L: jax.Array
+    q_mu: jax.Array
+    q_sqrt: jax.Array
+    outputs: ClassVar[tuple[int, ...]] = ()
+    block_multiple: ClassVar[int] = 1
+
+    @property
+    def inputs(self) -> jax.Array:
+        return self.inducing
+
+    def default_block(self, m: int) -> int:
+        return core.default_block_size(self.L.shape[-1], m)
+
+    def _whitened_cross(self, xb: jax.Array) -> jax.Array:
+        """``A = L_z^-1 k(Z, xb)``, ``(M, b)``."""
+        Kub = self.kernel(self.inducing.astype(xb.dtype), xb).astype(xb.dtype)
+        return trsm(self.L.astype(xb.dtype), Kub, left=True)
+
+    def project(self, xb: jax.Array, part: Any, whiten: bool) -> tuple[jax.Array, jax.Array | None]:
+        A = self._whitened_cross(xb)
+        return A.T @ self.q_mu.astype(xb.dtype), (A if whiten else None)
+
+    def prior_mean(self, xb: jax.Array) -> jax.Array:
+        return self.mean(xb)
+
+    def prior_variance(self, xb: jax.Array, part: Any) -> jax.Array:
+        SA = self.q_sqrt.T.astype(xb.dtype) @ self._whitened_cross(xb)
+        return self.kernel.diag(xb).astype(xb.dtype) + jnp.sum(SA * SA, axis=0)
+
+    def prior_covariance(self, xs: jax.Array, part: Any) -> jax.Array:
+        SA = self.q_sqrt.T.astype(xs.dtype) @ self._whitened_cross(xs)
+        return self.kernel(xs, xs).astype(xs.dtype) + SA.T @ SA
 
 
 class SVGPPosterior:
     r"""The variational posterior ``q(f)`` of an :class:`SVGP` (from ``model.condition()``).
 
     At test inputs ``Xs``, with ``A = L_z^-1 k(Z, Xs)`` and the whitened ``(q_mu, S)``:
-    ``mean = m(Xs) + A^T q_mu``, ``cov = k(Xs, Xs) - A^T A + (S^T A)^T (S^T A)``. Marginals
-    are computed in blocks of test points (memory ``O(M^2 + M b)``).
+    ``mean = m(Xs) + A^T q_mu``, ``cov = k(Xs, Xs) - A^T A + (S^T A)^T (S^T A)``. Predictions
+    run through gpchol's posterior core (:mod:`gpchol._linalg.posterior_core`): one jitted
+    program per shape, over blocks of test points (memory ``O(M^2 + M b)``).
 
     Attributes:
         model: the :class:`SVGP`.
         L: ``(M, M)`` factor of ``K_uu`` (+ jitter; NaN when it failed).
         status: int32 status of that factorization (0 on success).
         jitter_used: the jitter added to ``K_uu``'s diagonal.
+        block_size: the default number of test points per block (``None``: chosen from
+            ``M``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from gpchol import SVGP, kernels, likelihoods
+        >>> model = SVGP(kernels.ExpSquared(), inducing=jnp.arange(3.0),
+        ...              likelihood=likelihoods.Bernoulli(), num_data=100)
+        >>> post = model.condition()
+        >>> p, _ = post.predict_y(jnp.array([0.5, 1.5]))  # q is the prior: p = 1/2
+        >>> print(p)
+        [0.5 0.5]
+        >>> post.sample(jax.random.PRNGKey(0), jnp.array([0.5, 1.5]), 4).shape
+        (4, 2)
     """
 
-    def __init__(self, model: SVGP, L: jax.Array, status: jax.Array, jitter_used: Any) -> None:
+    def __init__(
+        self,
+        model: SVGP,
+        L: jax.Array,
+        status: jax.Array,
+        jitter_used: Any,
+        block_size: int | None = None,
+    ) -> None:
         self.model = model
         self.L = L
         self.status = status
         self.jitter_used = jitter_used
+        self.block_size = core.check_block_size(block_size)
 
-    def tree_flatten(self) -> tuple[tuple[Any, ...], None]:
-        return (self.model, self.L, self.status, self.jitter_used), None
+    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[int | None]]:
+        return (self.model, self.L, self.status, self.jitter_used), (self.block_size,)
 
     @classmethod
-    def tree_unflatten(cls, aux: None, children: tuple[Any, ...]) -> SVGPPosterior:
-        return cls(*children)
+    def tree_unflatten(cls, aux: tuple[int | None], children: tuple[Any, ...]) -> SVGPPosterior:
+        obj = object.__new__(cls)
+        obj.model, obj.L, obj.status, obj.jitter_used = children
+        (obj.block_size,) = aux
+        return obj
+
+    def _args(self, Xs: ArrayLike, block_size: object) -> dict[str, Any]:
+        self.model._inputs(Xs, "Xs")  # the column check names the inducing inputs
+        return {"dtype": self.L.dtype, "block_size": block_size, "own_block": self.block_size}
 
     def mean_and_variance(
         self, Xs: ArrayLike, *, block_size: int | None = None
@@ -463,35 +534,33 @@ class SVGPPosterior:
 
         Args:
             Xs: test inputs.
-            block_size: test points per block (default 4096).
+            block_size: test points per block (``None``: the posterior's).
         """
-        Xs = self.model._inputs(Xs, "Xs").astype(self.L.dtype)
-        b = 4096 if block_size is None else positive_int(block_size, "block_size", "test points")
-        return _mean_and_variance(self, Xs, b)
+        args = self._args(Xs, block_size)
+        return core.predict(self.model.solver(self.L), Xs, **args)
 
     def mean(self, Xs: ArrayLike, *, block_size: int | None = None) -> jax.Array:
         """Mean of ``f`` at ``Xs``: ``(m,)``."""
-        return self.mean_and_variance(Xs, block_size=block_size)[0]
+        args = self._args(Xs, block_size)
+        return core.predict(self.model.solver(self.L), Xs, want_var=False, **args)[0]
 
     def variance(self, Xs: ArrayLike, *, block_size: int | None = None) -> jax.Array:
         """Variance of ``f`` at ``Xs``: ``(m,)``."""
         return self.mean_and_variance(Xs, block_size=block_size)[1]
 
-    def covariance(self, Xs: ArrayLike) -> jax.Array:
+    def covariance(self, Xs: ArrayLike, *, block_size: int | None = None) -> jax.Array:
         """Covariance of ``f`` at ``Xs``: ``(m, m)``."""
-        return self._mean_and_covariance(Xs)[1]
-
-    def _mean_and_covariance(self, Xs: ArrayLike) -> tuple[jax.Array, jax.Array]:
-        model = self.model
-        Xs = model._inputs(Xs, "Xs").astype(self.L.dtype)
-        m, S = model.whitened(self.L)
-        A = trsm(self.L, model.kernel(model.inducing.astype(Xs.dtype), Xs), left=True)
-        SA = S.T @ A
-        C = model.kernel(Xs, Xs) - A.T @ A + SA.T @ SA
-        return model.mean(Xs).astype(Xs.dtype) + A.T @ m, 0.5 * (C + C.T)
+        args = self._args(Xs, block_size)
+        return core.covariance(self.model.solver(self.L), Xs, **args)
 
     def sample(
-        self, key: jax.Array, Xs: ArrayLike, num: int = 1, *, jitter: Any = (1e-10, 1e-8, 1e-6)
+        self,
+        key: jax.Array,
+        Xs: ArrayLike,
+        num: int = 1,
+        *,
+        jitter: Any = (1e-10, 1e-8, 1e-6),
+        block_size: int | None = None,
     ) -> jax.Array:
         """``num`` joint samples of ``f`` at ``Xs``: ``(num, m)``.
 
@@ -501,15 +570,16 @@ class SVGPPosterior:
             num: number of samples.
             jitter: relative diagonal jitters tried in order on the covariance (relative
                 to its largest variance).
+            block_size: test points per block (``None``: the posterior's).
         """
-        num = sample_count(num)
-        mu, C = self._mean_and_covariance(Xs)
-        return gaussian_samples(key, mu, C, num, check_jitter(jitter) or (0.0,))
+        args = self._args(Xs, block_size)
+        return core.sample(self.model.solver(self.L), key, Xs, num, jitter=jitter, **args)
 
     def predict_y(
         self, Xs: ArrayLike, *, block_size: int | None = None
     ) -> tuple[jax.Array, jax.Array]:
-        """Mean and variance of a new observation at ``Xs`` under the likelihood."""
+        """Mean and variance of a new observation at ``Xs`` under the likelihood (for
+        :class:`~gpchol._gp.likelihoods.Bernoulli`, ``p(y* = 1)`` and ``p (1 - p)``)."""
         mean, var = self.mean_and_variance(Xs, block_size=block_size)
         return self.model.likelihood.predict(mean, var)
 
