@@ -437,8 +437,10 @@ def test_posterior_runs_in_blocks(rng, kron):
 
 def test_posterior_input_checks(rng):
     """The posterior core's checks of the test inputs: NaN rows, columns, empty."""
-    X, y, mask, prm, names = make_problem(rng, 8, 2, (1,), ("expsq",), 0.0)
+    X, y, _, prm, names = make_problem(rng, 8, 2, (1,), ("expsq",), 0.0)
     post = build(prm, names, X).condition(y)
+    with pytest.raises(ValueError, match=r"Xs has 3 column\(s\) but the training inputs X have 2"):
+        post.variance(np.zeros((4, 3)))
     bad = rng.uniform(0.0, 1.0, (4, X.shape[1]))
     bad[2, 0] = np.nan
     for method in (post.mean, post.variance, post.covariance):

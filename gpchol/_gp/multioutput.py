@@ -132,16 +132,7 @@ class Coregionalization:
                 f"({p}, {p}) already gives every positive semidefinite B."
             )
         kappa_host = np.asarray(kappa) if is_concrete(kappa) else None
-        kappa = jnp.asarray(kappa)
-        if not jnp.issubdtype(kappa.dtype, jnp.floating):
-            kappa = kappa.astype(W.dtype)
-        if kappa.ndim == 0:
-            kappa = jnp.broadcast_to(kappa, (p,))
-        if kappa.shape != (p,):
-            raise ValueError(
-                f"kappa must be a scalar or have shape ({p},), one variance per output; got "
-                f"shape {tuple(kappa.shape)}."
-            )
+        kappa = per_output(kappa, p, "kappa", W.dtype)
         if kappa_host is not None and not bool(np.all(kappa_host > 0)):
             raise ValueError(
                 "kappa (the per-output variances of B = W W^T + diag(kappa)) must be > 0; got "
@@ -193,6 +184,21 @@ class Coregionalization:
 
 
 # ------------------------------------------------------------------------- helpers
+
+
+def per_output(value: Any, p: int, name: str, dtype: Any) -> jax.Array:
+    """``value`` (a scalar or ``(p,)``) as a floating ``(p,)`` array, one per output."""
+    v = jnp.asarray(value)
+    if not jnp.issubdtype(v.dtype, jnp.floating):
+        v = v.astype(dtype)
+    if v.ndim == 0:
+        v = jnp.broadcast_to(v, (p,))
+    if v.shape != (p,):
+        raise ValueError(
+            f"{name} must be a scalar or have shape ({p},), one value per output; got "
+            f"shape {tuple(v.shape)}."
+        )
+    return v
 
 
 def _as_tuple(x: Any, kind: type) -> tuple[Any, ...]:
@@ -384,8 +390,8 @@ class MultiOutputGP:
         # of a NumPy constant is a tracer)
         noise_host = np.asarray(noise) if is_concrete(noise) else None
         mask_host = np.asarray(mask) if mask is not None and is_concrete(mask) else None
-        noise = self._per_output(noise, p, "noise", X.dtype)
-        mean = self._per_output(mean, p, "mean", X.dtype)
+        noise = per_output(noise, p, "noise", X.dtype)
+        mean = per_output(mean, p, "mean", X.dtype)
         if noise_host is not None:
             nz = noise_host
             if not np.all(np.isfinite(nz)) or np.any(nz < 0):
@@ -426,20 +432,6 @@ class MultiOutputGP:
         self.tile_size = tile_size
         self.kronecker = kronecker
         self._full = full and positive  # the shortcut's static condition, besides Q = 1
-
-    @staticmethod
-    def _per_output(value: Any, p: int, name: str, dtype: Any) -> jax.Array:
-        v = jnp.asarray(value)
-        if not jnp.issubdtype(v.dtype, jnp.floating):
-            v = v.astype(dtype)
-        if v.ndim == 0:
-            v = jnp.broadcast_to(v, (p,))
-        if v.shape != (p,):
-            raise ValueError(
-                f"{name} must be a scalar or have shape ({p},), one value per output; got "
-                f"shape {tuple(v.shape)}."
-            )
-        return v
 
     # ------------------------------------------------------------------ pytree protocol
     def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:

@@ -288,7 +288,9 @@ class Posterior:
         """
         return diagnose_factor(self.L, self.status, self.jitter_used)
 
-    def _args(self, Xs: ArrayLike | None, kernel: Any, block_size: object) -> dict[str, Any]:
+    def _args(
+        self, Xs: ArrayLike | None, kernel: Any, block_size: object, **noise: Any
+    ) -> dict[str, Any]:
         """The core's arguments of one prediction (the model's part of the checks)."""
         if Xs is None and self.gp.mask is not None:
             raise ValueError(
@@ -301,6 +303,7 @@ class Posterior:
             model_noise=self.gp.noise,
             block_size=block_size,
             own_block=self.block_size,
+            **noise,
         )
 
     @property
@@ -342,10 +345,8 @@ class Posterior:
             >>> m.shape, bool(jnp.all(v >= 0.2))
             ((5,), True)
         """
-        return core.predict(
-            self._solver, Xs, noise=noise, include_noise=include_noise,
-            **self._args(Xs, kernel, block_size),
-        )  # fmt: skip
+        args = self._args(Xs, kernel, block_size, noise=noise, include_noise=include_noise)
+        return core.predict(self._solver, Xs, **args)
 
     def mean(
         self,
@@ -356,14 +357,8 @@ class Posterior:
     ) -> jax.Array:
         """Posterior mean of the latent function, ``m(Xs) + k(Xs, X) alpha``.
 
-        Args:
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-            kernel: ``None`` (the whole model) or one additive part of the model's kernel:
-                then ``k_part(Xs, X) alpha``, the posterior mean of that component.
-            block_size: test points per block (``None``: the posterior's default).
-
-        Returns:
-            ``(m,)`` posterior means.
+        Arguments as for :meth:`mean_and_variance` (``kernel=k_part``: ``k_part(Xs, X)
+        alpha``, that component's posterior mean). Returns ``(m,)`` posterior means.
 
         Example:
             >>> import jax.numpy as jnp
@@ -388,19 +383,8 @@ class Posterior:
     ) -> jax.Array:
         """Posterior marginal variance at each test input, ``k(x, x) - ||L^-1 k(X, x)||^2``.
 
-        Args:
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-            kernel: ``None`` (the whole model) or one additive part of the model's kernel
-                (the variance of that component given ``y``).
-            include_noise: add the model's observation-noise variance (needs a scalar
-                noise, or ``Xs=None`` with per-point noise): the predictive variance of
-                a new observation ``y``.
-            noise: the test points' own observation-noise variance, a scalar or ``(m,)``
-                (heteroscedastic models); implies ``include_noise``.
-            block_size: test points per block (``None``: the posterior's default).
-
-        Returns:
-            ``(m,)`` variances (the latent part clipped at 0).
+        Arguments as for :meth:`mean_and_variance`. Returns ``(m,)`` variances (the
+        latent part clipped at 0).
 
         Example:
             >>> import jax.numpy as jnp
@@ -430,17 +414,8 @@ class Posterior:
         For a moderate number of test points: the result is ``(m, m)`` and ``V`` is
         ``(n, m)`` (built block by block).
 
-        Args:
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-            kernel: ``None`` (the whole model) or one additive part of the model's kernel.
-            include_noise: add the model's noise variance on the diagonal (covariance of
-                new observations ``y*``).
-            noise: the test points' own noise variance, scalar or ``(m,)``, added on the
-                diagonal; implies ``include_noise``.
-            block_size: test points per block (``None``: the posterior's default).
-
-        Returns:
-            ``(m, m)`` symmetric covariance.
+        Arguments as for :meth:`mean_and_variance` (the noise goes on the diagonal: the
+        covariance of new observations ``y*``). Returns the ``(m, m)`` symmetric covariance.
 
         Example:
             >>> import jax.numpy as jnp
@@ -451,10 +426,8 @@ class Posterior:
             >>> post.covariance(jnp.arange(4.0), include_noise=True).shape
             (4, 4)
         """
-        return core.covariance(
-            self._solver, Xs, noise=noise, include_noise=include_noise,
-            **self._args(Xs, kernel, block_size),
-        )  # fmt: skip
+        args = self._args(Xs, kernel, block_size, noise=noise, include_noise=include_noise)
+        return core.covariance(self._solver, Xs, **args)
 
     def sample(
         self,
@@ -476,13 +449,10 @@ class Posterior:
                 an empty ``(num, 0)`` result.
             num: number of samples, a non-negative Python int (anything with
                 ``__index__``, not a bool); static.
-            kernel: ``None`` (the whole model) or one additive part of the model's kernel.
-            include_noise: sample ``y* = f + eps`` with the model's noise variance.
-            noise: the test points' own noise variance (scalar or ``(m,)``) for ``y*``;
-                implies ``include_noise``.
             jitter: schedule of diagonal jitter, relative to the largest posterior
                 variance, tried in order when factoring the posterior covariance.
-            block_size: test points per block (``None``: the posterior's default).
+            kernel, include_noise, noise, block_size: as for :meth:`mean_and_variance`
+                (with noise: samples of ``y* = f + eps``).
 
         Returns:
             ``(num, m)`` samples.
@@ -506,10 +476,8 @@ class Posterior:
             >>> post.sample(key, jnp.zeros((0, 1)), 2).shape  # no test points
             (2, 0)
         """
-        return core.sample(
-            self._solver, key, Xs, num, jitter=jitter, noise=noise, include_noise=include_noise,
-            **self._args(Xs, kernel, block_size),
-        )  # fmt: skip
+        args = self._args(Xs, kernel, block_size, noise=noise, include_noise=include_noise)
+        return core.sample(self._solver, key, Xs, num, jitter=jitter, **args)
 
 
 jax.tree_util.register_pytree_node_class(Posterior)

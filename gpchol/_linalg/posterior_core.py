@@ -392,22 +392,6 @@ def gaussian_samples(
 def _query(
     solver: PosteriorSolver,
     Xs: ArrayLike | None,
-    noise: ArrayLike | None,
-    include_noise: bool,
-    model_noise: Any,
-    dtype: Any,
-) -> tuple[jax.Array, jax.Array]:
-    """The checked test inputs and test-point noise."""
-    x = checked_inputs(Xs, solver.inputs, dtype)
-    nz = checked_noise(
-        noise, include_noise, x.shape[0], Xs is None, model_noise, solver.outputs, dtype
-    )
-    return x, nz
-
-
-def predict(
-    solver: PosteriorSolver,
-    Xs: ArrayLike | None,
     *,
     dtype: Any,
     part: Any = None,
@@ -416,28 +400,35 @@ def predict(
     model_noise: Any = None,
     block_size: object = None,
     own_block: int | None = None,
-    want_var: bool = True,
+) -> tuple[jax.Array, jax.Array, int, Any]:
+    """``(test inputs, test-point noise, block size, part)``, checked (see :func:`predict`)."""
+    x = checked_inputs(Xs, solver.inputs, dtype)
+    m = x.shape[0]
+    nz = checked_noise(noise, include_noise, m, Xs is None, model_noise, solver.outputs, dtype)
+    return x, nz, _block(solver, block_size, own_block, m), part
+
+
+def predict(
+    solver: PosteriorSolver, Xs: ArrayLike | None, *, want_var: bool = True, **query: Any
 ) -> tuple[jax.Array, jax.Array]:
     """Posterior ``(mean, variance)`` at ``Xs``, each ``(m, *outputs)``.
 
     Args:
         solver: the model's :class:`PosteriorSolver`.
         Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-        dtype: the predictions' dtype.
-        part: ``None`` (the whole model) or a checked part of its covariance.
-        noise: the test points' own noise variance, a scalar or ``(m,)``.
-        include_noise: add the model's noise (``model_noise``) when ``noise`` is ``None``.
-        model_noise: the model's noise variance (see :func:`checked_noise`).
-        block_size: the call's test points per block (``None``: ``own_block``).
-        own_block: the posterior's default block size (``None``: the solver's).
         want_var: compute the variance (else it is zeros plus the noise).
+        **query: ``dtype`` (the predictions'); ``part`` (``None``: the whole model, or
+            a checked part of its covariance); ``noise`` (the test points' own variance,
+            a scalar or ``(m,)``); ``include_noise`` (add ``model_noise``, the model's
+            variance, when ``noise`` is ``None``; see :func:`checked_noise`);
+            ``block_size`` (the call's test points per block) and ``own_block`` (the
+            posterior's; ``None``: the solver's default).
 
     Returns:
         ``(mean, variance)``; the latent variance is clipped at 0 before the noise.
     """
-    x, nz = _query(solver, Xs, noise, include_noise, model_noise, dtype)
+    x, nz, b, part = _query(solver, Xs, **query)
     m = x.shape[0]
-    b = _block(solver, block_size, own_block, m)
     if m == 0:
         empty = jnp.zeros((0, *solver.outputs), x.dtype)
         return empty, empty
@@ -446,7 +437,7 @@ def predict(
     # depends on its own row only, and the padded rows are dropped.
     size = -(-m // b) * b
     if b >= m:
-        bb = _block(solver, block_size, own_block, bucket_size(m))
+        bb = _block(solver, query.get("block_size"), query.get("own_block"), bucket_size(m))
         if bb >= bucket_size(m):
             size = b = bb
     if size > m:
@@ -457,25 +448,12 @@ def predict(
     return (_first_rows(mu, m), _first_rows(var, m)) if size > m else (mu, var)
 
 
-def covariance(
-    solver: PosteriorSolver,
-    Xs: ArrayLike | None,
-    *,
-    dtype: Any,
-    part: Any = None,
-    noise: ArrayLike | None = None,
-    include_noise: bool = False,
-    model_noise: Any = None,
-    block_size: object = None,
-    own_block: int | None = None,
-) -> jax.Array:
+def covariance(solver: PosteriorSolver, Xs: ArrayLike | None, **query: Any) -> jax.Array:
     """Posterior covariance at ``Xs``, ``(m, *outputs, m, *outputs)``, symmetric, with the
     noise on its diagonal (arguments as for :func:`predict`)."""
-    x, nz = _query(solver, Xs, noise, include_noise, model_noise, dtype)
-    m = x.shape[0]
-    b = _block(solver, block_size, own_block, m)
-    shape = (m, *solver.outputs)
-    if m == 0:
+    x, nz, b, part = _query(solver, Xs, **query)
+    shape = (x.shape[0], *solver.outputs)
+    if x.shape[0] == 0:
         return jnp.zeros(shape + shape, x.dtype)
     return _covariance_program(solver, x, part, nz, b=b)[1].reshape(shape + shape)
 
@@ -486,23 +464,15 @@ def sample(
     Xs: ArrayLike | None,
     num: object,
     *,
-    dtype: Any,
     jitter: Any,
-    part: Any = None,
-    noise: ArrayLike | None = None,
-    include_noise: bool = False,
-    model_noise: Any = None,
-    block_size: object = None,
-    own_block: int | None = None,
+    **query: Any,
 ) -> jax.Array:
     """``(num, m, *outputs)`` joint posterior samples at ``Xs``: of ``f``, or with the
     noise of new observations; ``jitter`` is the relative schedule of
     :func:`gaussian_samples` (other arguments as for :func:`predict`)."""
     k = sample_count(num)
     rel = check_jitter(jitter) or (0.0,)
-    x, nz = _query(solver, Xs, noise, include_noise, model_noise, dtype)
-    m = x.shape[0]
-    b = _block(solver, block_size, own_block, m)
-    if m == 0:
+    x, nz, b, part = _query(solver, Xs, **query)
+    if x.shape[0] == 0:
         return jnp.zeros((k, 0, *solver.outputs), x.dtype)
     return _sample_program(solver, key, x, part, nz, b=b, num=k, jitter=rel)
