@@ -213,9 +213,11 @@ def test_float32_problems_keep_float32_losses(rng):
             progress=False,
             bucket=False,  # unpadded, as the batch: the same float32 sums, step by step
         )
-        assert int(res.n_steps[b]) == ref.n_steps
-        # same steps from the same start; the two compiled programs sum the float32
-        # likelihood in their own order (about 20 ulps apart at n = 10)
+        # the same algorithm from the same start, in float32 throughout; the batch's line
+        # search is compiled and gpchol.fit's runs in NumPy, and their float32 rounding
+        # differs (so do their paths after a few steps, and the steps to converge): both
+        # reach the same optimum, to float32's resolution of the loss
+        assert bool(res.converged[b]) and ref.converged
         np.testing.assert_allclose(res.loss[b], ref.loss, rtol=1e-5)
 
 

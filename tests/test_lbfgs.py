@@ -266,7 +266,10 @@ def _nan_gradient(u: jax.Array) -> jax.Array:
     ],
 )
 def test_host_driven_step_takes_the_compiled_steps(loss: Any, u0: list, steps: int):
-    # the same algorithm cut at the evaluations: the same iterates, states and values
+    # The same functions cut at the evaluations, the search's bookkeeping in NumPy on the
+    # host: the same trials, stages and memory; the numbers agree to rounding (XLA fuses
+    # and contracts where NumPy does not, a last-bit difference per operation), which over
+    # 60 Rosenbrock steps stays below 1e-11 of the iterates.
     opt = LBFGS()
     compiled = jax.jit(opt.make_step(loss))
     host = opt.host_step(jax.jit(lambda x, data: jax.value_and_grad(loss)(x)))
@@ -275,14 +278,18 @@ def test_host_driven_step_takes_the_compiled_steps(loss: Any, u0: list, steps: i
     for _ in range(steps):
         u, s, fu, oku = compiled(u, s)
         v, t, fv, okv = host(v, t, None)
-        np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
-        np.testing.assert_array_equal(float(fu), float(fv))
+        assert isinstance(t.s, np.ndarray)  # the host search's state is NumPy's
+        np.testing.assert_allclose(np.asarray(v), np.asarray(u), rtol=1e-10, atol=1e-300)
+        # near the minimum (Rosenbrock's is 0) the loss is compared on the start's scale
+        scale = max(1.0, abs(float(loss(jnp.asarray(u0)))))
+        np.testing.assert_allclose(float(fv), float(fu), rtol=1e-10, atol=1e-12 * scale)
         assert bool(oku) == bool(okv)
-        for a, b in zip(s, t, strict=True):
-            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert int(s.n_pairs) == int(t.n_pairs) and bool(s.known) == bool(t.known)
+        for a, b in ((s.x, t.x), (s.value, t.value), (s.grad, t.grad)):
+            np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-9, atol=1e-12)
 
 
-def test_host_driven_search_compiles_once_per_parameter_count():
+def test_host_driven_search_compiles_only_the_loss():
     from tests.helpers import backend_compiles
 
     opt = LBFGS()
@@ -294,7 +301,7 @@ def test_host_driven_search_compiles_once_per_parameter_count():
         for _ in range(5):
             u, s, _, _ = step(u, s, None)
 
-    run(lambda u: jnp.sum((u - 0.3) ** 2))
-    # a second loss of the same parameter count: only its value and gradient compile
+    run(lambda u: jnp.sum((u - 0.3) ** 2))  # the eager operations of init, once
+    # the search is NumPy's on the host: a loss's value and gradient is all that compiles
     names = backend_compiles(lambda: run(lambda u: jnp.sum(jnp.cosh(u - 0.1))))
-    assert len(names) == 1, names
+    assert len(names) == 1 and "lambda" in names[0], names

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers import backend_compiles
 
-from gpchol import GaussianProcess, Positive, fit, kernels
+from gpchol import GaussianProcess, Positive, fit, kernels, to_constrained, to_unconstrained
 from gpchol._internal import fit_batched_module
 from gpchol._internal import fit_programs_module as programs
 
@@ -140,8 +140,29 @@ def test_growing_n_compiles_once_per_bucket(rng) -> None:
             lambda n=n: fit(_build(X[:n]), p, y[:n], transforms=T, progress=False, steps=30)
         )
         compiled += [(n, name) for name in names]
-    # n = 65 opens the bucket of 96: its step is compiled once there, nowhere else
-    assert [n for n, _ in compiled] == [65] * len(compiled) and len(compiled) >= 1, compiled
+    # n = 65 opens the bucket of 96: its value and gradient is compiled there, and nothing
+    # else anywhere (L-BFGS's search runs in NumPy between evaluations)
+    assert compiled == [(65, "jit(flat_loss)")], compiled
+
+
+def test_first_fit_of_a_structure_compiles_its_loss_alone(rng) -> None:
+    # a structure no other test fits: its first fit compiles the value and gradient, once;
+    # the search, its state and the parameters' flattening compile nothing (JAX's default
+    # key, made once per process, may compile its seeding there)
+    X, y = _data(rng, 50, d=3)
+    p0 = {"amp": 1.0, "ls": jnp.ones(3), "alpha": 2.0, "noise": 0.1}
+    tf = {"amp": Positive(), "ls": Positive(), "alpha": Positive(), "noise": Positive()}
+
+    def build(p):
+        k = p["amp"] * kernels.RationalQuadratic(p["ls"], alpha=p["alpha"])
+        return GaussianProcess(k, X, noise=p["noise"])
+
+    # the user's parameters mapped to the unconstrained space and back (eager operations,
+    # compiled once per shape in a process) before counting
+    to_constrained(to_unconstrained(p0, tf), tf)
+    names = backend_compiles(lambda: fit(build, p0, y, transforms=tf, progress=False, steps=40))
+    assert sorted(set(names) - {"jit(_threefry_seed)"}) == ["jit(flat_loss)"], names
+    assert names.count("jit(flat_loss)") == 1, names
 
 
 def test_changed_captured_arrays_give_the_new_result(rng) -> None:

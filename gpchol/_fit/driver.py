@@ -61,6 +61,7 @@ from gpchol._fit.checkpoint import (
     save_checkpoint,
 )
 from gpchol._fit.fingerprint import fit_fingerprint
+from gpchol._fit.lbfgs import LBFGSState, host_ravel
 from gpchol._fit.objective import (
     StepFn,
     default_transforms,
@@ -507,6 +508,16 @@ def _check_stop(plan: FitPlan, state: FitState, prev: float | None, v: float) ->
         )
 
 
+def _loss_at(plan: FitPlan, u: Any, opt_state: Any) -> float:
+    """The loss at ``u``: L-BFGS's state holds it when its last evaluation was at ``u``
+    (the step would read it from there too); else one step's loss at its start."""
+    if isinstance(opt_state, LBFGSState) and bool(opt_state.known):
+        x = host_ravel(u)[0].astype(np.asarray(opt_state.x).dtype)
+        if np.array_equal(x, np.asarray(opt_state.x)):
+            return float(opt_state.value)
+    return float(plan.step_fn(u, opt_state)[2])
+
+
 def _end_start(plan: FitPlan, state: FitState) -> None:
     """Records how the current start ended, keeps the best, moves to the next start.
 
@@ -515,7 +526,7 @@ def _end_start(plan: FitPlan, state: FitState) -> None:
     parameters (with a fresh optimiser state), so a finished checkpoint resumes to them.
     """
     r = state.restart
-    final_u, final_loss = state.params, float(plan.step_fn(state.params, state.opt_state)[2])
+    final_u, final_loss = state.params, _loss_at(plan, state.params, state.opt_state)
     success = state.stopped != "nonfinite"
     if not math.isfinite(final_loss):
         if state.last_good is not None:
@@ -560,8 +571,10 @@ def _result(plan: FitPlan, state: FitState, *, has_y: bool) -> FitResult:
             + "."
         )
     loss = float(best.loss)
+    # JAX arrays for the caller (the host-driven search steps NumPy parameters)
+    device_params = jax.tree_util.tree_map(jax.device_put, state.best_params)
     return FitResult(
-        params=to_constrained(state.best_params, plan.transforms),
+        params=to_constrained(device_params, plan.transforms),
         loss=loss,
         log_marginal_likelihood=-loss if has_y else None,
         history=np.asarray(best.history, np.float64),
@@ -569,7 +582,7 @@ def _result(plan: FitPlan, state: FitState, *, has_y: bool) -> FitResult:
         converged=bool(best.converged),
         success=bool(best.success),
         message=message,
-        unconstrained_params=state.best_params,
+        unconstrained_params=device_params,
         restart_losses=[float(x) for x in state.restart_losses],
         optimizer=plan.optimizer,
     )

@@ -54,14 +54,20 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 
-__all__ = ["LBFGS", "LBFGSState", "inverse_hessian_product", "search_direction"]
+__all__ = [
+    "LBFGS",
+    "LBFGSState",
+    "host_ravel",
+    "inverse_hessian_product",
+    "search_direction",
+]
 
 _C1 = 1e-4  # sufficient decrease
 _C2 = 0.9  # curvature (strong Wolfe)
@@ -71,6 +77,9 @@ _MAX_T = 1e10  # no trial step beyond this
 
 # the line search's stages
 _EVAL0, _BRACKET, _ZOOM, _DONE = 0, 1, 2, 3
+
+#: an array of the search: JAX's (compiled, traced) or NumPy's (the host-driven search)
+Arr = jax.Array | np.ndarray
 
 
 class LBFGSState(NamedTuple):
@@ -88,21 +97,72 @@ class LBFGSState(NamedTuple):
         known: ``()`` bool, whether ``x``, ``value`` and ``grad`` hold an evaluation.
     """
 
-    n_pairs: jax.Array
-    s: jax.Array
-    y: jax.Array
-    rho: jax.Array
-    x: jax.Array
-    value: jax.Array
-    grad: jax.Array
-    known: jax.Array
+    n_pairs: Arr
+    s: Arr
+    y: Arr
+    rho: Arr
+    x: Arr
+    value: Arr
+    grad: Arr
+    known: Arr
 
 
-def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
-    return jnp.vdot(a, b).real
+class _JaxOps:
+    """The array operations of the compiled search (traceable, vmappable)."""
+
+    xp = jnp
+
+    @staticmethod
+    def cond(pred: Any, yes: Callable[[Any], Any], no: Callable[[Any], Any], c: Any) -> Any:
+        return jax.lax.cond(pred, yes, no, c)
+
+    @staticmethod
+    def scan(f: Callable[..., Any], init: Any, xs: Any, reverse: bool = False) -> Any:
+        return jax.lax.scan(f, init, xs, reverse=reverse)
+
+    @staticmethod
+    def set_row(a: Any, i: Any, v: Any) -> Any:
+        return a.at[i].set(v)
 
 
-def inverse_hessian_product(g: jax.Array, st: LBFGSState) -> jax.Array:
+class _NumpyOps:
+    """The same operations on host NumPy arrays: the search driven from Python runs its
+    bookkeeping (a few hundred operations on ``P``-vectors) without a compiled program."""
+
+    xp = np
+
+    @staticmethod
+    def cond(pred: Any, yes: Callable[[Any], Any], no: Callable[[Any], Any], c: Any) -> Any:
+        return yes(c) if bool(pred) else no(c)
+
+    @staticmethod
+    def scan(f: Callable[..., Any], init: Any, xs: Any, reverse: bool = False) -> Any:
+        leaves, tree = jax.tree_util.tree_flatten(xs)
+        n = leaves[0].shape[0]
+        carry, ys = init, [None] * n
+        for i in range(n - 1, -1, -1) if reverse else range(n):
+            carry, ys[i] = f(carry, jax.tree_util.tree_unflatten(tree, [a[i] for a in leaves]))
+        if ys[0] is None:
+            return carry, None
+        return carry, jax.tree_util.tree_map(lambda *a: np.stack(a), *ys)
+
+    @staticmethod
+    def set_row(a: Any, i: Any, v: Any) -> Any:
+        out = a.copy()
+        out[i] = v
+        return out
+
+
+def _ops(a: Any) -> type[_JaxOps] | type[_NumpyOps]:
+    """NumPy's operations for host arrays, else JAX's (arrays and tracers)."""
+    return _NumpyOps if isinstance(a, np.ndarray | np.generic) else _JaxOps
+
+
+def _dot(a: Arr, b: Arr) -> Arr:
+    return _ops(a).xp.vdot(a, b).real
+
+
+def inverse_hessian_product(g: Arr, st: LBFGSState) -> Arr:
     """``H g`` by the two-loop recursion (Nocedal & Wright, Algorithm 7.4).
 
     ``H`` is the L-BFGS inverse-Hessian approximation: ``gamma I`` updated by BFGS with
@@ -122,38 +182,43 @@ def inverse_hessian_product(g: jax.Array, st: LBFGSState) -> jax.Array:
         >>> inverse_hessian_product(jnp.asarray([3.0, 4.0]), st).tolist()  # no pairs: g / |g|
         [0.6000000238418579, 0.800000011920929]
     """
+    ops = _ops(g)
+    xp = ops.xp
+    if ops is _JaxOps:  # a NumPy state (the host search's) indexed by the loop's tracer
+        st = LBFGSState(*(jnp.asarray(a) for a in st))
     m = st.rho.shape[0]
-    n_valid = jnp.minimum(st.n_pairs, m)
+    n_valid = xp.minimum(st.n_pairs, m)
     newest = (st.n_pairs - 1) % m
-    order = jnp.arange(m)
+    order = xp.arange(m)
 
-    def newest_first(q: jax.Array, i: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def newest_first(q: Arr, i: Arr) -> tuple[Arr, Arr]:
         j = (newest - i) % m
-        a = jnp.where(i < n_valid, st.rho[j] * _dot(st.s[j], q), 0.0)
+        a = xp.where(i < n_valid, st.rho[j] * _dot(st.s[j], q), 0.0)
         return q - a * st.y[j], a
 
-    q, alphas = jax.lax.scan(newest_first, g, order)
+    q, alphas = ops.scan(newest_first, g, order)
     sy = _dot(st.s[newest], st.y[newest])
     yy = _dot(st.y[newest], st.y[newest])
-    gamma = jnp.where(st.n_pairs > 0, sy / jnp.where(yy > 0, yy, 1.0), _first_scale(g))
+    gamma = xp.where(st.n_pairs > 0, sy / xp.where(yy > 0, yy, 1.0), _first_scale(g))
 
-    def oldest_first(r: jax.Array, ia: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, None]:
+    def oldest_first(r: Arr, ia: tuple[Arr, Arr]) -> tuple[Arr, None]:
         i, a = ia
         j = (newest - i) % m
         b = st.rho[j] * _dot(st.y[j], r)
-        return r + jnp.where(i < n_valid, a - b, 0.0) * st.s[j], None
+        return r + xp.where(i < n_valid, a - b, 0.0) * st.s[j], None
 
-    r, _ = jax.lax.scan(oldest_first, gamma * q, (order, alphas), reverse=True)
+    r, _ = ops.scan(oldest_first, gamma * q, (order, alphas), reverse=True)
     return r
 
 
-def _first_scale(g: jax.Array) -> jax.Array:
+def _first_scale(g: Arr) -> Arr:
     """``min(1, 1 / |g|)``: the scaled steepest-descent step moves at most a unit distance."""
-    norm = jnp.sqrt(_dot(g, g))
-    return jnp.minimum(1.0, 1.0 / jnp.where(norm > 0, norm, 1.0))
+    xp = _ops(g).xp
+    norm = xp.sqrt(_dot(g, g))
+    return xp.minimum(1.0, 1.0 / xp.where(norm > 0, norm, 1.0))
 
 
-def search_direction(g: jax.Array, st: LBFGSState) -> tuple[jax.Array, jax.Array, jax.Array]:
+def search_direction(g: Arr, st: LBFGSState) -> tuple[Arr, Arr, Arr]:
     """The L-BFGS direction ``-H g``, or scaled steepest descent when that is not descent.
 
     Args:
@@ -172,32 +237,85 @@ def search_direction(g: jax.Array, st: LBFGSState) -> tuple[jax.Array, jax.Array
         >>> d.tolist(), float(slope), bool(cleared)
         ([-0.0, -0.5], -0.25, False)
     """
+    xp = _ops(g).xp
     d = -inverse_hessian_product(g, st)
     slope = _dot(g, d)
-    descent = (slope < 0) & jnp.isfinite(slope)
+    descent = (slope < 0) & xp.isfinite(slope)
     steepest = -_first_scale(g) * g
-    d = jnp.where(descent, d, steepest)
-    return d, jnp.where(descent, slope, _dot(g, steepest)), ~descent
+    d = xp.where(descent, d, steepest)
+    return d, xp.where(descent, slope, _dot(g, steepest)), ~descent
 
 
-def _cubic_step(
-    a: jax.Array, fa: jax.Array, da: jax.Array, b: jax.Array, fb: jax.Array, db: jax.Array
-) -> jax.Array:
+def _cubic_step(a: Arr, fa: Arr, da: Arr, b: Arr, fb: Arr, db: Arr) -> Arr:
     """The next zoom trial in the bracket ``[a, b]`` (either order).
 
     The minimiser of the cubic matching values and slopes at both ends (Nocedal & Wright,
     eq. 3.59), kept in the inner 80 % of the bracket; bisection otherwise.
     """
+    xp = _ops(a).xp
     d1 = da + db - 3.0 * (fa - fb) / (a - b)
     d2sq = d1 * d1 - da * db
-    d2 = jnp.sign(b - a) * jnp.sqrt(jnp.maximum(d2sq, 0.0))
+    d2 = xp.sign(b - a) * xp.sqrt(xp.maximum(d2sq, 0.0))
     t = b - (b - a) * (db + d2 - d1) / (db - da + 2.0 * d2)
-    width = jnp.abs(b - a)
-    lower = jnp.minimum(a, b) + 0.1 * width
-    upper = jnp.maximum(a, b) - 0.1 * width
-    good = (d2sq >= 0) & jnp.isfinite(t) & (t >= lower) & (t <= upper)
-    good = good & jnp.isfinite(fa) & jnp.isfinite(fb) & jnp.isfinite(da) & jnp.isfinite(db)
-    return jnp.where(good, t, 0.5 * (a + b))
+    width = xp.abs(b - a)
+    lower = xp.minimum(a, b) + 0.1 * width
+    upper = xp.maximum(a, b) - 0.1 * width
+    good = (d2sq >= 0) & xp.isfinite(t) & (t >= lower) & (t <= upper)
+    good = good & xp.isfinite(fa) & xp.isfinite(fb) & xp.isfinite(da) & xp.isfinite(db)
+    return xp.where(good, t, 0.5 * (a + b))
+
+
+def _dtype_of(a: Any) -> Any:
+    """An array's dtype, a Python scalar's JAX dtype (no conversion: ``jnp.asarray``
+    compiles a program per NumPy shape)."""
+    return a.dtype if hasattr(a, "dtype") else jnp.result_type(a)
+
+
+def _flat_dtype(leaves: list[Any]) -> Any:
+    """The dtype of the leaves flattened together (``ravel_pytree``'s): their promoted
+    dtype, a float when they are not floating."""
+    dt = jnp.result_type(*map(_dtype_of, leaves)) if leaves else None
+    if dt is None or not jnp.issubdtype(dt, jnp.floating):
+        dt = jnp.result_type(float)
+    return dt
+
+
+def host_ravel(tree: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
+    """``ravel_pytree`` on the host: ``(x (P,) NumPy, unravel)``, nothing compiled.
+
+    ``jax.flatten_util.ravel_pytree`` flattens and unflattens with eager JAX operations,
+    each compiled once per shape; here NumPy flattens and ``unravel`` splits, each leaf a
+    NumPy array in its own dtype (a compiled function takes them as they are).
+
+    Args:
+        tree: a pytree of arrays.
+
+    Returns:
+        ``(x, unravel)``: the leaves' values in one ``(P,)`` array (their promoted
+        floating dtype) and ``x -> tree`` of the same structure, shapes and dtypes
+        (NumPy leaves).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from gpchol._fit.lbfgs import host_ravel
+        >>> x, unravel = host_ravel({"a": jnp.zeros(2), "b": jnp.ones(())})
+        >>> x.tolist(), unravel(x + 1.0)["a"].tolist()
+        ([0.0, 0.0, 1.0], [1.0, 1.0])
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    dt = _flat_dtype(leaves)
+    arrays = [np.asarray(a) for a in leaves]
+    shapes = [a.shape for a in arrays]
+    dtypes = [_dtype_of(a) for a in leaves]
+    cuts = np.cumsum([a.size for a in arrays])[:-1]
+    x = np.concatenate([a.ravel().astype(dt) for a in arrays]) if arrays else np.zeros(0, dt)
+
+    def unravel(x: np.ndarray) -> Any:
+        parts = np.split(np.asarray(x), cuts) if arrays else []
+        new = zip(parts, shapes, dtypes, strict=True)
+        return jax.tree_util.tree_unflatten(treedef, [p.reshape(s).astype(d) for p, s, d in new])
+
+    return x, unravel
 
 
 class LBFGS:
@@ -229,25 +347,30 @@ class LBFGS:
 
     def init(self, params: Any) -> LBFGSState:
         """The state before the first step at ``params`` (a pytree of floating arrays)."""
-        x, _ = ravel_pytree(params)
-        x = jnp.asarray(x)
-        if not jnp.issubdtype(x.dtype, jnp.floating):
-            x = x.astype(jnp.result_type(float))
-        zeros = jnp.zeros((self.memory, x.shape[0]), x.dtype)
+        # the flat parameters' size and dtype (ravel_pytree's), without flattening them;
+        # NumPy's zeros (jnp.zeros compiles a program each; a compiled step takes them as
+        # they are, and the host-driven search keeps its state in NumPy)
+        leaves = jax.tree_util.tree_leaves(params)
+        p = sum(int(np.size(a)) for a in leaves)
+        dt = _flat_dtype(leaves)
+
+        def zeros(*shape: int, dtype: Any = dt) -> np.ndarray:
+            return np.zeros(shape, dtype)
+
         return LBFGSState(
-            n_pairs=jnp.zeros((), jnp.int32),
-            s=zeros,
-            y=zeros,
-            rho=jnp.zeros((self.memory,), x.dtype),
-            x=jnp.zeros_like(x),
-            value=jnp.zeros((), x.dtype),
-            grad=jnp.zeros_like(x),
-            known=jnp.zeros((), bool),
+            n_pairs=zeros(dtype=np.int32),
+            s=zeros(self.memory, p),
+            y=zeros(self.memory, p),
+            rho=zeros(self.memory),
+            x=zeros(p),
+            value=zeros(),
+            grad=zeros(p),
+            known=zeros(dtype=bool),
         )
 
     def make_step(
         self, loss: Callable[[Any], jax.Array]
-    ) -> Callable[[Any, LBFGSState], tuple[Any, LBFGSState, jax.Array, jax.Array]]:
+    ) -> Callable[[Any, LBFGSState], tuple[Any, LBFGSState, Arr, Arr]]:
         """``(params, state) -> (new params, new state, loss at params, gradient finite)``.
 
         Not jitted (the caller jits it, alone or inside its own loop).
@@ -263,7 +386,7 @@ class LBFGS:
         assert self.learning_rate is not None
         lr = float(self.learning_rate)
 
-        def step(u: Any, st: LBFGSState) -> tuple[Any, LBFGSState, jax.Array, jax.Array]:
+        def step(u: Any, st: LBFGSState) -> tuple[Any, LBFGSState, Arr, Arr]:
             x, unravel = ravel_pytree(u)
             x = x.astype(st.x.dtype)
             f, gt = value_and_grad(u)
@@ -288,8 +411,9 @@ class LBFGS:
         value_and_grad = jax.value_and_grad(loss)
         max_evals = self.max_evaluations
 
-        def step(u: Any, st: LBFGSState) -> tuple[Any, LBFGSState, jax.Array, jax.Array]:
-            x, unravel = ravel_pytree(u)
+        def step(u: Any, st: LBFGSState) -> tuple[Any, LBFGSState, Arr, Arr]:
+            x, unravel_ = ravel_pytree(u)
+            unravel: Callable[[Any], Any] = unravel_
             x = x.astype(st.x.dtype)
 
             def body(c: dict[str, Any]) -> dict[str, Any]:
@@ -307,24 +431,23 @@ class LBFGS:
 
     def host_step(
         self,
-        value_and_grad: Callable[[jax.Array, Any], tuple[jax.Array, jax.Array]],
-        unravel: Callable[[jax.Array], Any] | None = None,
-    ) -> Callable[[Any, LBFGSState, Any], tuple[Any, LBFGSState, jax.Array, jax.Array]]:
+        value_and_grad: Callable[[Any, Any], tuple[Any, Any]],
+        unravel: Callable[[Any], Any] | None = None,
+    ) -> Callable[[Any, LBFGSState, Any], tuple[Any, LBFGSState, Arr, Arr]]:
         """The line-search step driven from Python around a compiled value and gradient.
 
-        The same algorithm as :meth:`make_step`'s, cut at the evaluations: the line
-        search's bookkeeping is three small compiled programs that depend only on the
-        number of parameters ``P`` (and the dtype, memory and evaluation limit), shared by
-        every loss in the process, and the loss is compiled alone. A new model structure
-        then compiles its value and gradient only, not the line search around it again.
-        The price is one host synchronisation per evaluation (reading whether the search
-        is done), small next to a loss that is worth compiling.
+        The same algorithm as :meth:`make_step`'s (the same functions), cut at the
+        evaluations: between two evaluations of the compiled loss the line search's
+        bookkeeping runs on the host in NumPy, a few hundred operations on ``P``-vectors,
+        so nothing but the loss is compiled: a new model structure compiles its value and
+        gradient only. The state comes back as NumPy arrays. The price is one host
+        synchronisation per evaluation, small next to a loss that is worth compiling.
 
         Args:
             value_and_grad: ``(x (P,), data) -> (loss (), gradient (P,))``, compiled by
                 the caller, over the flattened parameters ``x``.
-            unravel: ``x (P,) -> params``, compiled by the caller (one call instead of
-                a few eager operations per step); ``None``: the parameters' own, eager.
+            unravel: ``x (P,) -> params``; ``None``: :func:`host_ravel`'s (NumPy
+                leaves).
 
         Returns:
             ``(params, state, data) -> (new params, new state, loss at params, gradient
@@ -348,27 +471,29 @@ class LBFGS:
         # does not flatten them again (eager concatenations)
         last: dict[str, Any] = {}
 
-        def flat(u: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
+        def flat(u: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
             leaves = jax.tree_util.tree_leaves(u)
             mine = last.get("leaves")
             if mine is not None and len(mine) == len(leaves):
                 if all(a is b for a, b in zip(mine, leaves, strict=True)):
                     return last["x"], last["unravel"]
-            return ravel_pytree(u)
+            return host_ravel(u)
 
-        def step(u: Any, st: LBFGSState, data: Any) -> tuple[Any, LBFGSState, jax.Array, jax.Array]:
+        def step(u: Any, st: LBFGSState, data: Any) -> tuple[Any, LBFGSState, Any, Any]:
             x, own = flat(u)
-            back = own if unravel is None else unravel
-            # the first call starts the search (the carry passed in only gives its
-            # structure); each next one takes an evaluation. The result is the step's
-            # outcome as of the last evaluation, read once the search stops.
-            c, xt, running, out = _host_search(
-                _blank(x, st), st, x, x, st.value, st.grad, True, max_evals
-            )
-            while bool(running):
-                f, g = value_and_grad(xt, data)
-                c, xt, running, out = _host_search(c, st, x, xt, f, g, False, max_evals)
-            x_new, st, f0, grad_ok = out
+            back: Callable[[Any], Any] = own if unravel is None else unravel
+            st = LBFGSState(*(np.asarray(a) for a in st))
+            x = x.astype(st.x.dtype)
+            # the search's bookkeeping in NumPy, between evaluations of the compiled loss;
+            # the rules are the functions below, as the compiled step runs them (IEEE
+            # results where a trial is not finite: NumPy's warnings are silenced)
+            with np.errstate(all="ignore"):
+                c = _start(x, st)
+                while _running(c, max_evals):
+                    c, xt = _trial(c, st, x)
+                    f, g = value_and_grad(xt, data)
+                    c = _update(c, xt, np.asarray(f), np.asarray(g), max_evals)
+                x_new, st, f0, grad_ok = _finish(c, st, x)
             u_new = back(x_new)
             last.update(leaves=jax.tree_util.tree_leaves(u_new), x=x_new, unravel=own)
             return u_new, st, f0, grad_ok
@@ -376,51 +501,52 @@ class LBFGS:
         return step
 
 
-def _start(x: jax.Array, st: LBFGSState) -> dict[str, Any]:
+def _start(x: Arr, st: LBFGSState) -> dict[str, Any]:
     """The line search's carry at ``x``: without a cached evaluation of ``x`` in the state,
     the first pass evaluates ``x`` itself (``t = 0``, ``d = 0``)."""
+    xp = _ops(x).xp
     dt = x.dtype
-    zero = jnp.zeros((), dt)
-    cached = st.known & jnp.all(st.x == x)
-    inf = jnp.full((), jnp.inf, dt)
+    zero = xp.zeros((), dt)
+    cached = st.known & xp.all(st.x == x)
+    inf = xp.full((), xp.inf, dt)
     return {
-        "stage": jnp.where(cached, _BRACKET, _EVAL0).astype(jnp.int32),
-        "it": jnp.zeros((), jnp.int32),
-        "t": jnp.where(cached, 1.0, 0.0).astype(dt),
+        "stage": xp.where(cached, _BRACKET, _EVAL0).astype(xp.int32),
+        "it": xp.zeros((), xp.int32),
+        "t": xp.where(cached, 1.0, 0.0).astype(dt),
         "f0": st.value,
         "g0": st.grad,
         "need_direction": cached,
-        "d": jnp.zeros_like(x),
-        "slope0": -jnp.ones((), dt),
-        "cleared": jnp.zeros((), bool),
+        "d": xp.zeros_like(x),
+        "slope0": -xp.ones((), dt),
+        "cleared": xp.zeros((), bool),
         "lo": (zero, st.value, zero),
         "hi": (zero, inf, zero),
         "safe": (zero, inf, x, st.grad),
         "out": (zero, st.value, x, st.grad),
-        "ok": jnp.zeros((), bool),
+        "ok": xp.zeros((), bool),
     }
 
 
-def _running(c: dict[str, Any], max_evals: int) -> jax.Array:
+def _running(c: dict[str, Any], max_evals: int) -> Arr:
     return (c["stage"] != _DONE) & (c["it"] < max_evals + 1)
 
 
-def _trial(c: dict[str, Any], st: LBFGSState, x: jax.Array) -> tuple[dict[str, Any], jax.Array]:
+def _trial(c: dict[str, Any], st: LBFGSState, x: Arr) -> tuple[dict[str, Any], Arr]:
     """The carry with its direction (computed once ``g0`` is known, in one place of the
     program, and only at a step's first trial: under vmap a cond runs both branches) and
     the next point to evaluate."""
-    c = jax.lax.cond(c["need_direction"], lambda c: _with_direction(c, st), lambda c: c, c)
+    cond = _ops(x).cond
+    c = cond(c["need_direction"], lambda c: _with_direction(c, st), lambda c: c, c)
     return c, x + c["t"] * c["d"]
 
 
-def _update(
-    c: dict[str, Any], xt: jax.Array, f: jax.Array, g: jax.Array, max_evals: int
-) -> dict[str, Any]:
+def _update(c: dict[str, Any], xt: Arr, f: Arr, g: Arr, max_evals: int) -> dict[str, Any]:
     """The carry after the evaluation ``(f, g)`` at ``xt``."""
+    ops = _ops(xt)
     dt = xt.dtype
     f, g = f.astype(dt), g.astype(dt)
-    finite = jnp.isfinite(f) & jnp.all(jnp.isfinite(g))
-    return jax.lax.cond(
+    finite = ops.xp.isfinite(f) & ops.xp.all(ops.xp.isfinite(g))
+    return ops.cond(
         c["stage"] == _EVAL0,
         lambda c: _after_first(c, f, g, finite),
         lambda c: _after_trial(c, xt, f, g, finite, max_evals),
@@ -428,106 +554,63 @@ def _update(
     )
 
 
-def _finish(
-    c: dict[str, Any], st: LBFGSState, x: jax.Array
-) -> tuple[jax.Array, LBFGSState, jax.Array, jax.Array]:
+def _finish(c: dict[str, Any], st: LBFGSState, x: Arr) -> tuple[Arr, LBFGSState, Arr, Arr]:
     """``(new x, new state, loss at x, gradient finite)`` once the search has stopped: the
     accepted trial; else the lowest trial with sufficient decrease; else no move."""
+    xp = _ops(x).xp
     use_safe = ~c["ok"] & (c["safe"][0] > 0)
     moved = c["ok"] | use_safe
     _, f_fin, x_fin, g_fin = jax.tree_util.tree_map(
-        lambda a, b: jnp.where(c["ok"], a, b), c["out"], c["safe"]
+        lambda a, b: xp.where(c["ok"], a, b), c["out"], c["safe"]
     )
-    x_new = jnp.where(moved, x_fin, x)
-    f_new = jnp.where(moved, f_fin, c["f0"])
-    g_new = jnp.where(moved, g_fin, c["g0"])
-    grad_ok = jnp.all(jnp.isfinite(c["g0"]))
-    st = st._replace(n_pairs=jnp.where(c["cleared"] | ~moved, 0, st.n_pairs))
+    x_new = xp.where(moved, x_fin, x)
+    f_new = xp.where(moved, f_fin, c["f0"])
+    g_new = xp.where(moved, g_fin, c["g0"])
+    grad_ok = xp.all(xp.isfinite(c["g0"]))
+    st = st._replace(n_pairs=xp.where(c["cleared"] | ~moved, 0, st.n_pairs).astype(xp.int32))
     st = _push(st, x_new - x, g_new - c["g0"], moved)
-    known = jnp.isfinite(c["f0"]) & grad_ok
+    known = xp.isfinite(c["f0"]) & grad_ok
     st = st._replace(x=x_new, value=f_new, grad=g_new, known=known)
     return x_new, st, c["f0"], grad_ok
 
 
-# The host-driven search's programs: jitted once per process for each (P, dtype, memory,
-# evaluation limit), whatever the loss.
-
-
-def _blank(x: jax.Array, st: LBFGSState) -> dict[str, Any]:
-    """A carry of the search's structure for ``x`` and ``st`` (its values unused), made
-    once per (``P``, dtype, memory) in a process and reused."""
-    key = (x.shape, jnp.dtype(st.x.dtype), st.rho.shape)
-    c = _BLANKS.get(key)
-    if c is None:
-        c = _BLANKS[key] = _start_jit(x, st)
-    return c
-
-
-_BLANKS: dict[Any, dict[str, Any]] = {}
-
-
-@jax.jit
-def _start_jit(x: jax.Array, st: LBFGSState) -> dict[str, Any]:
-    return _start(x.astype(st.x.dtype), st)
-
-
-@partial(jax.jit, static_argnums=(7,))
-def _host_search(
-    c: dict[str, Any],
-    st: LBFGSState,
-    x: jax.Array,
-    xt: jax.Array,
-    f: jax.Array,
-    g: jax.Array,
-    fresh: Any,
-    max_evals: int,
-) -> tuple[dict[str, Any], jax.Array, jax.Array, Any]:
-    """One turn of the host-driven search: start it (``fresh``) or take the evaluation
-    ``(f, g)`` at ``xt``; then the outcome so far, and the next trial."""
-    x = x.astype(st.x.dtype)
-    c = jax.lax.cond(fresh, lambda c: _start(x, st), lambda c: _update(c, xt, f, g, max_evals), c)
-    running = _running(c, max_evals)
-    out = _finish(c, st, x)
-    c, xt = _trial(c, st, x)
-    return c, xt, running, out
-
-
-def _push(st: LBFGSState, s: jax.Array, y: jax.Array, use: jax.Array) -> LBFGSState:
+def _push(st: LBFGSState, s: Arr, y: Arr, use: Arr) -> LBFGSState:
     """Stores the pair ``(s, y)`` when ``use`` and ``s . y > 0`` (kept positive definite)."""
+    ops = _ops(s)
+    xp, put = ops.xp, ops.set_row
     sy = _dot(s, y)
-    keep = use & (sy > 0) & jnp.isfinite(sy) & jnp.all(jnp.isfinite(y))
+    keep = use & (sy > 0) & xp.isfinite(sy) & xp.all(xp.isfinite(y))
     m = st.rho.shape[0]
     i = st.n_pairs % m
     return st._replace(
-        n_pairs=jnp.where(keep, st.n_pairs + 1, st.n_pairs),
-        s=jnp.where(keep, st.s.at[i].set(s), st.s),
-        y=jnp.where(keep, st.y.at[i].set(y), st.y),
-        rho=jnp.where(keep, st.rho.at[i].set(1.0 / jnp.where(keep, sy, 1.0)), st.rho),
+        n_pairs=xp.where(keep, st.n_pairs + 1, st.n_pairs).astype(xp.int32),
+        s=xp.where(keep, put(st.s, i, s), st.s),
+        y=xp.where(keep, put(st.y, i, y), st.y),
+        rho=xp.where(keep, put(st.rho, i, 1.0 / xp.where(keep, sy, 1.0)), st.rho),
     )
 
 
 def _with_direction(c: dict[str, Any], st: LBFGSState) -> dict[str, Any]:
     """The carry with the direction at ``g0`` and the bracket's lower end ``t = 0``."""
     d, slope0, cleared = search_direction(c["g0"], st)
-    zero = jnp.zeros_like(c["t"])
+    zero = _ops(d).xp.zeros_like(c["t"])
     return {
         **c,
         "d": d,
         "slope0": slope0,
         "cleared": cleared,
         "lo": (zero, c["f0"], slope0),
-        "need_direction": jnp.zeros((), bool),
+        "need_direction": _ops(d).xp.zeros((), bool),
     }
 
 
-def _after_first(
-    c: dict[str, Any], f: jax.Array, g: jax.Array, finite: jax.Array
-) -> dict[str, Any]:
+def _after_first(c: dict[str, Any], f: Arr, g: Arr, finite: Arr) -> dict[str, Any]:
     """The carry after evaluating the current point: its direction next, then the trial ``1``."""
+    xp = _ops(g).xp
     return {
         **c,
-        "stage": jnp.where(finite, _BRACKET, _DONE).astype(jnp.int32),
-        "t": jnp.ones_like(c["t"]),
+        "stage": xp.where(finite, _BRACKET, _DONE).astype(xp.int32),
+        "t": xp.ones_like(c["t"]),
         "f0": f,
         "g0": g,
         "need_direction": finite,
@@ -538,20 +621,21 @@ def _after_first(
 
 def _after_trial(
     c: dict[str, Any],
-    xt: jax.Array,
-    f: jax.Array,
-    g: jax.Array,
-    finite: jax.Array,
+    xt: Arr,
+    f: Arr,
+    g: Arr,
+    finite: Arr,
     max_evals: int,
 ) -> dict[str, Any]:
     """The carry after evaluating the trial ``t``: accept, bracket, zoom or give up."""
+    xp = _ops(xt).xp
     t, f0, slope0 = c["t"], c["f0"], c["slope0"]
-    slope = jnp.where(finite, _dot(g, c["d"]), jnp.inf)
-    fv = jnp.where(finite, f, jnp.inf)
+    slope = xp.where(finite, _dot(g, c["d"]), xp.inf)
+    fv = xp.where(finite, f, xp.inf)
     armijo = fv <= f0 + _C1 * t * slope0
-    approx = (fv <= f0 + _APPROX * jnp.abs(f0)) & (slope <= (2.0 * _C1 - 1.0) * slope0)
+    approx = (fv <= f0 + _APPROX * xp.abs(f0)) & (slope <= (2.0 * _C1 - 1.0) * slope0)
     decrease = finite & (armijo | approx)
-    curvature = jnp.abs(slope) <= -_C2 * slope0
+    curvature = xp.abs(slope) <= -_C2 * slope0
     accept = decrease & curvature
     here = (t, fv, slope)
     lo, hi = c["lo"], c["hi"]
@@ -563,41 +647,39 @@ def _after_trial(
     z_hi = ~decrease | (fv >= lo[1])
     z_swap = ~z_hi & (slope * (hi[0] - lo[0]) >= 0)
     zooming = c["stage"] == _ZOOM
-    to_hi = jnp.where(zooming, z_hi, b_hi)
-    swap = jnp.where(zooming, z_swap, b_swap)
+    to_hi = xp.where(zooming, z_hi, b_hi)
+    swap = xp.where(zooming, z_swap, b_swap)
     expand = ~zooming & ~b_hi & ~b_swap
 
     def pick(*xs: Any) -> Any:
-        return jax.tree_util.tree_map(
-            lambda a, b, e: jnp.where(to_hi, a, jnp.where(swap, b, e)), *xs
-        )
+        return jax.tree_util.tree_map(lambda a, b, e: xp.where(to_hi, a, xp.where(swap, b, e)), *xs)
 
-    new_lo = jax.tree_util.tree_map(lambda a, b: jnp.where(to_hi, a, b), lo, here)
+    new_lo = jax.tree_util.tree_map(lambda a, b: xp.where(to_hi, a, b), lo, here)
     new_hi = pick(here, lo, hi)
-    next_t = jnp.where(
+    next_t = xp.where(
         expand,
-        jnp.minimum(_GROW * t, _MAX_T),
+        xp.minimum(_GROW * t, _MAX_T),
         _cubic_step(*new_lo, *new_hi),
     )
     it = c["it"] + 1
-    width = jnp.abs(new_hi[0] - new_lo[0])
-    stuck = (it >= max_evals) | (~expand & (width <= 1e-12 * jnp.maximum(new_hi[0], new_lo[0])))
+    width = xp.abs(new_hi[0] - new_lo[0])
+    stuck = (it >= max_evals) | (~expand & (width <= 1e-12 * xp.maximum(new_hi[0], new_lo[0])))
     stuck = stuck | (expand & (t >= _MAX_T))
     better = decrease & (fv < c["safe"][1])
     return {
         **c,
-        "stage": jnp.where(accept | stuck, _DONE, jnp.where(expand, _BRACKET, _ZOOM)).astype(
-            jnp.int32
+        "stage": xp.where(accept | stuck, _DONE, xp.where(expand, _BRACKET, _ZOOM)).astype(
+            xp.int32
         ),
         "it": it,
         "t": next_t,
         "lo": new_lo,
         "hi": new_hi,
         "safe": jax.tree_util.tree_map(
-            lambda a, b: jnp.where(better, a, b), (t, fv, xt, g), c["safe"]
+            lambda a, b: xp.where(better, a, b), (t, fv, xt, g), c["safe"]
         ),
         "out": jax.tree_util.tree_map(
-            lambda a, b: jnp.where(accept, a, b), (t, fv, xt, g), c["out"]
+            lambda a, b: xp.where(accept, a, b), (t, fv, xt, g), c["out"]
         ),
         "ok": accept,
     }

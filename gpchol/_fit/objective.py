@@ -43,8 +43,9 @@ __all__ = [
     "unconstrained_loss",
 ]
 
-StepFn = Callable[[Any, Any], tuple[Any, Any, jax.Array, jax.Array]]
-"""``(params, opt_state) -> (new params, new opt_state, loss at params, gradient finite)``."""
+StepFn = Callable[[Any, Any], tuple[Any, Any, Any, Any]]
+"""``(params, opt_state) -> (new params, new opt_state, loss at params, gradient finite)``
+(JAX arrays, or NumPy's from the host-driven L-BFGS)."""
 
 Optimizer: TypeAlias = optax.GradientTransformation | LBFGS
 """An optax transformation, or :class:`~gpchol._fit.lbfgs.LBFGS` (its own step)."""
@@ -232,14 +233,13 @@ def data_step_fn(
         )
         run = programs.get(key)
         if run is None:
-            _, unravel = ravel_pytree(u)
 
-            def flat_loss(x: jax.Array, data: Any) -> jax.Array:
-                return loss(unravel(x), data)
+            def flat_loss(x: jax.Array, data: Any, like: Any = u) -> jax.Array:
+                # the parameters' unravel, made inside the trace: made eagerly it would
+                # compile the flattening of ``like`` (its values are unused)
+                return loss(ravel_pytree(like)[1](x), data)
 
-            run = programs[key] = opt.host_step(
-                jax.jit(jax.value_and_grad(flat_loss)), jax.jit(unravel)
-            )
+            run = programs[key] = opt.host_step(jax.jit(jax.value_and_grad(flat_loss)))
         return run(u, s, data)
 
     return host

@@ -135,13 +135,17 @@ class FitState:
 
 
 def canonical(tree: Any) -> Any:
-    """Every leaf as a concrete, strongly typed JAX array (so saved == live bitwise).
+    """Every leaf as a concrete, strongly typed array (so saved == live bitwise).
+
+    NumPy arrays are kept (they are concrete and strongly typed already: the host-driven
+    L-BFGS keeps its state and parameters in NumPy); other leaves become committed JAX
+    arrays of their own dtype.
 
     Args:
         tree: a pytree of arrays or scalars.
 
     Returns:
-        The same pytree with each leaf a committed JAX array of its own dtype.
+        The same pytree with each leaf a NumPy array or a committed JAX array.
 
     Example:
         >>> from gpchol._fit.state import canonical
@@ -149,7 +153,9 @@ def canonical(tree: Any) -> Any:
         False
     """
 
-    def one(x: Any) -> jax.Array:
+    def one(x: Any) -> Any:
+        if isinstance(x, np.ndarray):
+            return x
         x = jnp.asarray(x)
         return jnp.asarray(np.asarray(x), dtype=x.dtype)
 
