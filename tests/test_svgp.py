@@ -600,3 +600,74 @@ def test_prediction_against_numpy(rng, whiten):
     assert s.shape == (4000, 11)
     np.testing.assert_allclose(np.mean(s, 0), mean, atol=5 * np.sqrt(var.max() / 4000))
     assert jax.jit(lambda p, x: p.mean_and_variance(x))(post, Xs)[0].shape == (11,)
+
+
+def test_full_batch_fit_with_gpchol_fit(rng):
+    """gpchol.fit minimises the negative whole-data bound like any loss (L-BFGS), the
+    model itself being the parameter pytree."""
+    lik = likelihoods.Gaussian(0.5)
+    X, y = _data(rng, lik, 60, d=1)
+    model = SVGP(kernels.ExpSquared(1.0), inducing=X[:8], likelihood=lik, num_data=60, jitter=1e-6)
+    res = gpchol.fit(
+        lambda m: -m.elbo(X, y),
+        model,
+        transforms=model.default_transforms(),
+        steps=30,
+        progress=False,
+    )
+    assert isinstance(res.params, SVGP)
+    assert float(res.params.elbo(X, y)) > float(model.elbo(X, y)) + 10.0
+    assert 0.0 < float(res.params.likelihood.noise) < 0.1  # the data's noise is 0.1^2
+
+
+def test_benchmark_function_runs():
+    """benchmarks/bench_svgp.py's function at a tiny size (no time is checked)."""
+    from benchmarks.bench_svgp import svgp_steps_per_second
+
+    rec = svgp_steps_per_second(2000, 16, 64, steps=2, repeats=1)
+    assert rec["steps_per_second"] > 0 and np.isfinite(rec["final_loss"])
+    assert (rec["n"], rec["M"], rec["batch"]) == (2000, 16, 64)
+
+
+@pytest.mark.parametrize("whiten", [True, False], ids=["whitened", "unwhitened"])
+def test_optimal_q_gives_the_collapsed_bound(rng, whiten):
+    """Gaussian likelihood, M < n, Titsias's optimal q(u) = N(K_uu Sig^-1 K_uf y / s,
+    K_uu Sig^-1 K_uu), Sig = K_uu + K_uf K_fu / s: the bound is the collapsed one,
+    log N(y | 0, Q_ff + s I) - tr(K_ff - Q_ff) / (2 s) (Titsias 2009), written here with
+    dense NumPy; and SGPR's (gpchol.SparseGP) where it exists."""
+    n, M, s = 40, 6, 0.3
+    lik = likelihoods.Gaussian(s)
+    X, y = _data(rng, lik, n)
+    Z = rng.uniform(-1.0, 1.0, (M, 2))
+    kern = 1.3 * kernels.ExpSquared(0.7)
+    Kuu = _k_np(Z, Z, 1.3, 0.7) + JITTER * np.eye(M)
+    Kuf = _k_np(Z, X, 1.3, 0.7)
+    Sig = Kuu + Kuf @ Kuf.T / s
+    mu_u = Kuu @ np.linalg.solve(Sig, Kuf @ y) / s
+    Su = np.linalg.cholesky(Kuu @ np.linalg.solve(Sig, Kuu))
+    if whiten:
+        Lz = np.linalg.cholesky(Kuu)
+        mu_u, Su = np.linalg.solve(Lz, mu_u), np.linalg.solve(Lz, Su)
+    model = SVGP(
+        kern,
+        inducing=Z,
+        likelihood=lik,
+        num_data=n,
+        whiten=whiten,
+        q_mu=mu_u,
+        q_sqrt=Su,
+        jitter=JITTER,
+    )
+    Qff = Kuf.T @ np.linalg.solve(Kuu, Kuf)
+    C = Qff + s * np.eye(n)
+    collapsed = (
+        -0.5 * y @ np.linalg.solve(C, y)
+        - 0.5 * np.linalg.slogdet(C)[1]
+        - 0.5 * n * np.log(2 * np.pi)
+        - 0.5 * (n * 1.3 - np.trace(Qff)) / s
+    )
+    got = float(model.elbo(X, y))
+    np.testing.assert_allclose(got, collapsed, rtol=1e-8)
+    if hasattr(gpchol, "SparseGP"):
+        sgpr = gpchol.SparseGP(kern, X, inducing=Z, noise=s, jitter=JITTER)
+        np.testing.assert_allclose(got, float(sgpr.elbo(y)), rtol=1e-8)

@@ -97,7 +97,7 @@ class Likelihood:
     (static), unless the subclass overrides :meth:`variational_expectation` with a closed
     form. Every subclass is registered as a pytree when it is defined: by default with no
     leaves and ``num_points`` static; a subclass with learnable parameters overrides
-    :meth:`tree_flatten` and :meth:`tree_unflatten` (as :class:`Gaussian` does).
+    ``tree_flatten`` and ``tree_unflatten`` (as :class:`Gaussian` does).
 
     Args:
         num_points: Gauss-Hermite quadrature points (static; default 20).
