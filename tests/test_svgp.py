@@ -671,3 +671,27 @@ def test_optimal_q_gives_the_collapsed_bound(rng, whiten):
     if hasattr(gpchol, "SparseGP"):
         sgpr = gpchol.SparseGP(kern, X, inducing=Z, noise=s, jitter=JITTER)
         np.testing.assert_allclose(got, float(sgpr.elbo(y)), rtol=1e-8)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="counts the CPU LAPACK calls")
+def test_one_triangular_solve_per_prediction_block(rng):
+    """The solver's projection and prior term both need A = L_z^-1 k(Z, xb): the compiled
+    block holds one triangular solve (XLA merges the two), not two."""
+    import collections
+    import re
+
+    from gpchol._linalg import posterior_core as core
+
+    model, _ = _random_model(rng, likelihoods.Bernoulli())
+    post = model.condition()
+    Xs = jnp.asarray(rng.uniform(-1.0, 1.0, (64, 2)))
+    for b in (64, 32):
+        text = (
+            core.predict_program.lower(
+                model.solver(post.L), Xs, None, jnp.zeros(()), want_var=True, b=b
+            )
+            .compile()
+            .as_text()
+        )
+        calls = collections.Counter(re.findall(r'custom_call_target="([^"]+)"', text))
+        assert sum(v for k, v in calls.items() if "trsm" in k) == 1, calls
