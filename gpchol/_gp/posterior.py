@@ -242,28 +242,16 @@ class Posterior:
         self.jitter_used = jitter_used
         self.block_size = core.check_block_size(block_size)
 
+    _CHILDREN = ("gp", "L", "alpha", "log_marginal_likelihood", "status", "jitter_used")
+
     def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[int | None]]:
-        children = (
-            self.gp,
-            self.L,
-            self.alpha,
-            self.log_marginal_likelihood,
-            self.status,
-            self.jitter_used,
-        )
-        return children, (self.block_size,)
+        return tuple(getattr(self, f) for f in self._CHILDREN), (self.block_size,)
 
     @classmethod
     def tree_unflatten(cls, aux: tuple[int | None], children: tuple[Any, ...]) -> Posterior:
         obj = object.__new__(cls)
-        (
-            obj.gp,
-            obj.L,
-            obj.alpha,
-            obj.log_marginal_likelihood,
-            obj.status,
-            obj.jitter_used,
-        ) = children
+        for f, v in zip(cls._CHILDREN, children, strict=True):
+            setattr(obj, f, v)
         (obj.block_size,) = aux
         return obj
 
