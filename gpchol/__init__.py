@@ -36,7 +36,9 @@ from gpchol._gp import (
     Posterior,
     SingularCovarianceWarning,
 )
+from gpchol._gp.inducing import inducing_points
 from gpchol._gp.posterior import additive_terms
+from gpchol._gp.sparse import SparseGP, SparsePosterior
 from gpchol._gp.svgp import SVGP, SVGPPosterior
 from gpchol._linalg.solve import cho_inverse, cho_solve, logdet, mvn_logpdf, solve_triangular
 from gpchol._persist import SaveFileError, load, save
@@ -79,6 +81,8 @@ __all__ = [
     "SVGPPosterior",
     "SaveFileError",
     "SingularCovarianceWarning",
+    "SparseGP",
+    "SparsePosterior",
     "Transform",
     "__version__",
     "additive_terms",
@@ -91,6 +95,7 @@ __all__ = [
     "enable_compile_cache",
     "fit",
     "fit_batched",
+    "inducing_points",
     "kernels",
     "likelihoods",
     "load",

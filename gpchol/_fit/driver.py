@@ -85,7 +85,8 @@ class FitResult:
     Attributes:
         params: the fitted parameters, constrained space, same pytree as the input.
         loss: the final loss (for a GP: the negative log marginal likelihood).
-        log_marginal_likelihood: ``-loss`` when fitting a GP (``y`` given), else ``None``.
+        log_marginal_likelihood: ``-loss`` when fitting a GP (``y`` given), else ``None``
+            (for a :class:`gpchol.SparseGP`, the evidence lower bound it maximises).
         history: ``(n_steps,)`` float64 loss at each step (of the best restart).
         n_steps: number of optimiser steps taken (of the best restart).
         converged: whether the tolerance test stopped the fit.
@@ -183,7 +184,8 @@ def fit(
 
     Args:
         build_or_loss: with ``y`` given, ``params -> GaussianProcess`` (anything with
-            ``.log_marginal_likelihood(y)``); the loss is ``-log p(y)``. With ``y=None``,
+            ``.log_marginal_likelihood(y)``); the loss is ``-log p(y)`` (for a
+            :class:`gpchol.SparseGP`, minus its evidence lower bound). With ``y=None``,
             ``params -> scalar loss`` to minimise. Must be traceable by ``jax.jit``.
         params: a pytree of initial parameter values (constrained space): dicts, lists,
             kernels, scalars, arrays.

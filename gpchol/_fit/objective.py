@@ -39,6 +39,7 @@ __all__ = [
     "default_transforms",
     "make_optimizer",
     "make_step",
+    "model_objective",
     "optimizer_key",
     "unconstrained_loss",
 ]
@@ -147,9 +148,8 @@ def unconstrained_loss(
     """The scalar loss as a function of the unconstrained parameters.
 
     Args:
-        build_or_loss: with ``y``, ``params -> model`` (anything with
-            ``.log_marginal_likelihood(y)``; the loss is its negative); with ``y=None``,
-            ``params -> loss``.
+        build_or_loss: with ``y``, ``params -> model`` (the loss is the negative of
+            :func:`model_objective`); with ``y=None``, ``params -> loss``.
         y: ``(n,)`` observations or ``None``.
         transforms: a pytree prefix of the parameters of transforms (``None``: identity).
 
@@ -160,12 +160,22 @@ def unconstrained_loss(
     if y is not None:
 
         def loss_c(p: Any) -> Any:  # y converted when traced: nothing to compile here
-            return -build_or_loss(p).log_marginal_likelihood(jnp.asarray(y))
+            return -model_objective(build_or_loss(p), jnp.asarray(y))
 
     def loss_u(u: Any) -> jax.Array:
         return jnp.asarray(loss_c(to_constrained(u, transforms))).reshape(())
 
     return loss_u
+
+
+def model_objective(model: Any, y: jax.Array) -> jax.Array:
+    """What a fit maximises for ``model``: its own ``fit_objective(y)`` when it has one
+    (a sparse GP's evidence lower bound, :meth:`gpchol.SparseGP.elbo`), else its
+    ``log_marginal_likelihood(y)``."""
+    objective = getattr(model, "fit_objective", None)
+    if objective is not None:
+        return objective(y)
+    return model.log_marginal_likelihood(y)
 
 
 def _all_finite(tree: Any) -> jax.Array:

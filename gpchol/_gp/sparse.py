@@ -1,0 +1,730 @@
+r"""Sparse GP regression (SGPR): Titsias' collapsed evidence lower bound on ``M`` inducing inputs.
+
+With inducing inputs ``Z`` ``(M, d)``, ``Kuu = k(Z, Z)`` (+ jitter), ``Kuf = k(Z, X)`` and
+``Qff = Kfu Kuu^-1 Kuf``, the collapsed bound of Titsias (2009, AISTATS, eq. 9) on
+``log p(y)`` is
+
+.. math::
+    \mathcal{L} = \log \mathcal{N}(y \mid m(X), Q_{ff} + \Lambda)
+    - \tfrac12 \operatorname{tr}\big(\Lambda^{-1} (K_{ff} - Q_{ff})\big),
+    \qquad \Lambda = \operatorname{diag}(\text{noise}).
+
+With ``Kuu = Luu Luu^T`` (gpchol's factor), ``A = Luu^-1 Kuf Lambda^-1/2`` ``(M, n)``,
+``B = I + A A^T = LB LB^T`` and ``e = Lambda^-1/2 (y - m(X))``, ``c = LB^-1 A e``, the matrix
+inversion and determinant lemmas give
+
+.. math::
+    \mathcal{L} = -\tfrac{n}{2}\log 2\pi - \tfrac12 \sum_i \log \Lambda_{ii}
+    - \sum_j \log (L_B)_{jj} - \tfrac12 e^T e + \tfrac12 c^T c
+    - \tfrac12 \sum_i k(x_i, x_i) / \Lambda_{ii} + \tfrac12 \operatorname{tr}(A A^T).
+
+Every term over the data is a sum over rows: ``A A^T``, ``A e``, ``e^T e``, ``sum k_ii /
+Lambda_ii`` and ``sum log Lambda_ii``. They are accumulated over blocks of rows (a
+``lax.scan``; each block's ``(M, b)`` slice of ``A`` is rebuilt in the reverse pass under
+``jax.checkpoint``), so the value and its gradient take ``O(n M^2)`` time and ``O(b M + M^2)``
+memory besides ``X`` and ``y``. With ``X`` placed on a mesh by rows, each device sums its own
+rows and the statistics are added with one ``psum`` (:mod:`gpchol.distributed._rowsum`).
+
+The predictive distribution of the latent function (Titsias 2009, eq. 6) at ``Xs``, with
+``V1 = Luu^-1 k(Z, Xs)`` and ``V2 = LB^-1 V1``::
+
+    mean = m(Xs) + V2^T c,     cov = k(Xs, Xs) - V1^T V1 + V2^T V2.
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> from gpchol import kernels, SparseGP
+    >>> X = jnp.linspace(0.0, 1.0, 50)
+    >>> gp = SparseGP(kernels.ExpSquared(0.3), X, inducing=X[::10], noise=0.01, jitter=1e-6)
+    >>> bool(jnp.isfinite(gp.elbo(jnp.sin(6.0 * X))))
+    True
+"""
+
+from __future__ import annotations
+
+import operator
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.typing import ArrayLike
+
+from gpchol._base.errors import NotPositiveDefiniteError
+from gpchol._base.validate import as_inputs, check_jitter, input_mesh, is_concrete
+from gpchol._gp.posterior import gaussian_samples, sample_count
+from gpchol._linalg.blocks import trsm
+from gpchol._linalg.gaussian import LOG_2PI
+from gpchol._linalg.status import raise_if_failed
+from gpchol._routing import cholesky_with_status
+from gpchol.kernels import Kernel, as_kernel
+from gpchol.means import Mean, as_mean
+
+__all__ = ["SparseGP", "SparsePosterior", "default_row_block"]
+
+#: A block of rows holds at most this many elements of the ``(M, b)`` cross-covariance
+#: (8 MiB in float64).
+_BLOCK_ELEMENTS = 1 << 20
+
+
+def default_row_block(n: int, M: int) -> int:
+    """Rows per block of the bound's sums: ``2^20 / M`` clipped to ``[128, 8192]``, at most ``n``.
+
+    Example:
+        >>> default_row_block(10**6, 512), default_row_block(300, 64)
+        (2048, 300)
+    """
+    b = max(128, min(8192, _BLOCK_ELEMENTS // max(M, 1)))
+    return max(1, min(b, n))
+
+
+def _check_row_block(block_size: object) -> int | None:
+    if block_size is None:
+        return None
+    if isinstance(block_size, (bool, np.bool_)):
+        raise TypeError(f"block_size must be a positive int or None; got {block_size!r}.")
+    try:
+        b = operator.index(block_size)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"block_size (rows per block) must be a positive int or None; got {block_size!r}."
+        ) from None
+    if b < 1:
+        raise ValueError(f"block_size (rows per block) must be >= 1; got {b}.")
+    return int(b)
+
+
+def _rows_with_nan(x: np.ndarray) -> str:
+    rows = np.flatnonzero(~np.all(np.isfinite(x), axis=1))
+    more = f" and {rows.size - 5} more" if rows.size > 5 else ""
+    return f"row(s) {rows[:5].tolist()}{more}"
+
+
+# ----------------------------------------------------------------------------------------
+# The bound as functions of the factors (one device, or one device's rows of a mesh)
+# ----------------------------------------------------------------------------------------
+
+
+def _block_stats(
+    kernel: Any,
+    Z: jax.Array,
+    Luu: jax.Array,
+    Xb: jax.Array,
+    eb: jax.Array,
+    nzb: jax.Array,
+    wb: jax.Array,
+) -> tuple[jax.Array, ...]:
+    """The sums of one block of rows (weights ``wb`` 0 on rows counted by another block):
+    ``(A A^T, A e, e^T e, sum k_ii / noise_i, sum log noise_i)``."""
+    dtype = Luu.dtype
+    s = wb / jnp.sqrt(nzb)
+    A = trsm(Luu, kernel(Z, Xb).astype(dtype), left=True) * s[None, :]
+    e = eb * s
+    kd = kernel.diag(Xb).astype(dtype)
+    return (
+        A @ A.T,
+        A @ e,
+        jnp.sum(e * e),
+        jnp.sum(wb * kd / nzb),
+        jnp.sum(wb * jnp.log(nzb)),
+    )
+
+
+def row_stats(
+    shared: tuple[Any, jax.Array, jax.Array],
+    X: jax.Array,
+    r: jax.Array,
+    nz: jax.Array,
+    *,
+    block: int,
+) -> tuple[jax.Array, ...]:
+    """The bound's sums over the rows of ``X``, ``block`` rows at a time.
+
+    Args:
+        shared: ``(kernel, Z, Luu)``.
+        X: ``(n, d)`` inputs.
+        r: ``(n, 1)``, the residual ``y - m(X)``.
+        nz: ``(n, 1)``, the noise variance of each row.
+        block: rows per block (static).
+
+    Returns:
+        ``(A A^T (M, M), A e (M,), e^T e, sum k_ii / noise_i, sum log noise_i)``.
+    """
+    kernel, Z, Luu = shared
+    n = X.shape[0]
+    b = max(1, min(block, n))
+    count = -(-n // b)
+    dtype = Luu.dtype
+    idx = jnp.arange(b)
+
+    def one(j: jax.Array, kernel: Any, Z: jax.Array, Luu: jax.Array) -> tuple[jax.Array, ...]:
+        start = jnp.minimum(j * b, n - b)  # the last block is shifted back to fit ...
+        Xb = lax.dynamic_slice_in_dim(X, start, b)
+        rb = lax.dynamic_slice_in_dim(r, start, b)[:, 0].astype(dtype)
+        nb = lax.dynamic_slice_in_dim(nz, start, b)[:, 0].astype(dtype)
+        w = (start + idx >= j * b).astype(dtype)  # ... and its overlap weighted 0
+        return _block_stats(kernel, Z, Luu, Xb, rb, nb, w)
+
+    if count == 1:
+        return one(jnp.zeros((), jnp.int32), kernel, Z, Luu)
+    # the block's sums are rebuilt in the reverse pass: only (kernel, Z, Luu) and the block
+    # index are kept, never the (M, b) slices of A (remat of a function without the carry)
+    one_c = jax.checkpoint(one)
+
+    def step(acc: tuple[jax.Array, ...], j: jax.Array) -> tuple[tuple[jax.Array, ...], None]:
+        out = one_c(j, kernel, Z, Luu)
+        return tuple(a + o for a, o in zip(acc, out, strict=True)), None
+
+    # the first block's sums start the carry (typed like the rows, also inside shard_map)
+    init = one_c(jnp.zeros((), jnp.int32), kernel, Z, Luu)
+    return lax.scan(step, init, jnp.arange(1, count, dtype=jnp.int32))[0]
+
+
+def bound_from_stats(
+    stats: tuple[jax.Array, ...], n: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(bound, LB, c)`` from the row sums (see the module docstring)."""
+    AAt, Ae, ee, tk, ln = stats
+    M = AAt.shape[0]
+    B = jnp.eye(M, dtype=AAt.dtype) + AAt
+    LB, _ = cholesky_with_status(B)
+    c = trsm(LB, Ae[:, None], left=True)[:, 0]
+    value = (
+        -0.5 * n * LOG_2PI
+        - 0.5 * ln
+        - jnp.sum(jnp.log(jnp.diagonal(LB)))
+        - 0.5 * ee
+        + 0.5 * jnp.dot(c, c)
+        - 0.5 * tk
+        + 0.5 * jnp.trace(AAt)
+    )
+    return value, LB, c
+
+
+# ----------------------------------------------------------------------------------------
+# The model
+# ----------------------------------------------------------------------------------------
+
+
+class SparseGP:
+    r"""Sparse GP regression on inducing inputs: Titsias' collapsed bound (SGPR).
+
+    The model is that of :class:`gpchol.GaussianProcess` (``y = f(X) + eps``, Gaussian
+    noise); its evidence is approximated from below through ``M`` inducing inputs ``Z``
+    (see the module docstring), in ``O(n M^2)`` time and without any ``n x n`` or ``n x
+    M`` matrix: the rows are summed in blocks of ``block_size``. :meth:`elbo` is what
+    :func:`gpchol.fit` maximises for this model (its ``log_marginal_likelihood`` field is
+    then the bound).
+
+    Args:
+        kernel: a :class:`gpchol.kernels.Kernel`.
+        X: ``(n, d)`` training inputs (``(n,)`` is read as ``(n, 1)``). Placed on a mesh by
+            rows (``NamedSharding(mesh, P(rows))``), the bound sums each device's rows
+            where they live (one ``psum`` of the ``M x M`` and ``M``-vector sums).
+        inducing: ``(M, d)`` inducing inputs ``Z``, ``1 <= M <= n``
+            (:func:`gpchol.inducing_points` chooses them). Keyword-only.
+        noise: observation-noise variance: a scalar or ``(n,)``, positive. Keyword-only.
+        mean: the prior mean (as in :class:`gpchol.GaussianProcess`). Default ``0.0``.
+        jitter: ``None``, a float added to the diagonal of ``Kuu = k(Z, Z)``, or a tuple
+            tried in order until ``Kuu`` factors (see :func:`gpchol.cholesky_with_status`).
+        fixed_inducing: keep ``Z`` out of the gradient (its cotangent is zero), so a fit
+            that passes ``Z`` in its parameters leaves it where it is. Default: learnable.
+        block_size: rows per block of the sums (``None``: :func:`default_row_block`).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from gpchol import kernels, SparseGP
+        >>> X = jnp.linspace(0.0, 1.0, 40)
+        >>> def loss(ls):
+        ...     gp = SparseGP(kernels.ExpSquared(ls), X, inducing=X[::8], noise=0.1)
+        ...     return -gp.elbo(jnp.cos(4.0 * X))
+        >>> bool(jnp.isfinite(jax.grad(loss)(0.3)))
+        True
+    """
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        X: Any,
+        *,
+        inducing: Any,
+        noise: Any,
+        mean: Any = 0.0,
+        jitter: Any = None,
+        fixed_inducing: bool = False,
+        block_size: int | None = None,
+    ) -> None:
+        if not isinstance(kernel, Kernel):
+            kernel = as_kernel(kernel)
+        X = as_inputs(X)
+        n, d = X.shape
+        Z = jnp.asarray(inducing)
+        if Z.ndim == 1 and d == 1:
+            Z = Z[:, None]
+        if Z.ndim != 2 or Z.shape[1] != d:
+            raise ValueError(
+                f"inducing (the inducing inputs Z) must have shape (M, {d}), one column per "
+                f"column of X; got shape {tuple(Z.shape)}."
+            )
+        M = Z.shape[0]
+        if M < 1 or M > n:
+            raise ValueError(
+                f"inducing must hold between 1 and n = {n} points (M <= n); got M = {M}. "
+                "With M >= n an exact gpchol.GaussianProcess is cheaper and exact."
+            )
+        if not jnp.issubdtype(Z.dtype, jnp.floating):
+            Z = Z.astype(X.dtype)
+        noise = jnp.asarray(noise)
+        if not jnp.issubdtype(noise.dtype, jnp.floating):
+            noise = noise.astype(X.dtype)
+        if noise.ndim > 1 or (noise.ndim == 1 and noise.shape[0] not in (1, n)):
+            raise ValueError(
+                f"noise must be a scalar variance or have shape ({n},), one variance per "
+                f"training point; got shape {tuple(noise.shape)}."
+            )
+        if is_concrete(X, Z, noise):
+            x = np.asarray(X)
+            if not np.all(np.isfinite(x)):
+                raise ValueError(f"X has NaN or inf in {_rows_with_nan(x)}; drop or impute them.")
+            z = np.asarray(Z)
+            if not np.all(np.isfinite(z)):
+                raise ValueError(
+                    f"inducing (the inducing inputs Z) has NaN or inf in {_rows_with_nan(z)}."
+                )
+            nz = np.asarray(noise)
+            if not np.all(np.isfinite(nz)) or np.any(nz <= 0):
+                raise ValueError(
+                    "noise (the observation-noise variance) must be finite and > 0 for a "
+                    "sparse GP (the bound divides by it); got "
+                    f"{nz if nz.ndim == 0 else 'an array with non-positive or non-finite values'}."
+                )
+        self.kernel = kernel
+        self.X = X
+        self.inducing = Z
+        self.noise = noise
+        self.mean = as_mean(mean) if not isinstance(mean, Mean) else mean
+        self.jitter = check_jitter(jitter)
+        self.fixed_inducing = bool(fixed_inducing)
+        self.block_size = _check_row_block(block_size)
+
+    # ------------------------------------------------------------------ pytree protocol
+    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        children = (self.kernel, self.X, self.inducing, self.noise, self.mean)
+        return children, (self.jitter, self.fixed_inducing, self.block_size)
+
+    @classmethod
+    def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> SparseGP:
+        obj = object.__new__(cls)
+        obj.kernel, obj.X, obj.inducing, obj.noise, obj.mean = children
+        obj.jitter, obj.fixed_inducing, obj.block_size = aux
+        return obj
+
+    def __repr__(self) -> str:
+        return (
+            f"SparseGP(kernel={type(self.kernel).__name__}, n={self.n}, M={self.M}, "
+            f"jitter={self.jitter})"
+        )
+
+    @property
+    def n(self) -> int:
+        """Number of training points."""
+        return self.X.shape[0]
+
+    @property
+    def M(self) -> int:
+        """Number of inducing inputs."""
+        return self.inducing.shape[0]
+
+    # ------------------------------------------------------------------------ pieces
+    def _Z(self) -> jax.Array:
+        return lax.stop_gradient(self.inducing) if self.fixed_inducing else self.inducing
+
+    def _dtype(self, y: jax.Array) -> Any:
+        dtype = jnp.result_type(self.X.dtype, y.dtype, self.inducing.dtype)
+        return dtype if jnp.issubdtype(dtype, jnp.floating) else self.X.dtype
+
+    def _residual(self, y: ArrayLike) -> jax.Array:
+        y = jnp.asarray(y)
+        if y.ndim != 1 or y.shape[0] != self.n:
+            raise ValueError(
+                f"y must have shape ({self.n},), one value per row of X; got shape "
+                f"{tuple(y.shape)}."
+            )
+        dtype = self._dtype(y)
+        return y.astype(dtype) - self.mean(self.X).astype(dtype)
+
+    def factor(self, dtype: Any = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Cholesky factor of ``Kuu = k(Z, Z)`` (with the jitter schedule), with status.
+
+        Returns:
+            ``(Luu (M, M), status, jitter_used)``: ``Luu`` all NaN when ``Kuu`` is not
+            positive definite, ``status`` 0 or the 1-based failing pivot.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import kernels, SparseGP
+            >>> X = jnp.arange(6.0)
+            >>> L, status, used = SparseGP(kernels.ExpSquared(), X, inducing=X[:3],
+            ...                            noise=0.1).factor()
+            >>> int(status), L.shape
+            (0, (3, 3))
+        """
+        Z = self._Z()
+        dtype = dtype or Z.dtype
+        Kuu = self.kernel(Z, Z).astype(dtype)
+        out = cholesky_with_status(Kuu, jitter=self.jitter)
+        if self.jitter is None:
+            L, status = out
+            return L, status, jnp.zeros((), dtype)
+        return out  # type: ignore[return-value]
+
+    def _stats(self, Luu: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
+        nz = jnp.broadcast_to(self.noise.astype(r.dtype).reshape(-1), (self.n,))
+        X = self.X.astype(r.dtype)
+        b = self.block_size or default_row_block(self.n, self.M)
+        shared = (self.kernel, self._Z().astype(r.dtype), Luu)
+        mesh = input_mesh(self.X)
+        if mesh is not None:
+            from gpchol.distributed._rowsum import row_axes, row_sharded_sum
+
+            axes = row_axes(self.X)
+            if axes:
+                parts = int(np.prod([mesh.shape[a] for a in axes]))
+                local = partial(row_stats, block=min(b, max(1, self.n // parts)))
+                return row_sharded_sum(local, mesh, axes, (X, r[:, None], nz[:, None]), shared)
+        return row_stats(shared, X, r[:, None], nz[:, None], block=b)
+
+    def _bound(self, y: ArrayLike) -> tuple[jax.Array, ...]:
+        r = self._residual(y)
+        Luu, status, used = self.factor(r.dtype)
+        stats = self._stats(Luu, r)
+        value, LB, c = bound_from_stats(stats, self.n)
+        return value, status, used, Luu, LB, c
+
+    # ------------------------------------------------------------------- the bound
+    def elbo_with_status(self, y: ArrayLike) -> tuple[jax.Array, jax.Array]:
+        """The collapsed bound and the status of ``Kuu``'s factor (usable inside ``jit``).
+
+        Args:
+            y: ``(n,)`` observations.
+
+        Returns:
+            ``(elbo, status)``: a scalar (NaN when ``Kuu`` is not positive definite) and an
+            int32 status (0 = success, else the 1-based failing pivot of ``Kuu``).
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> from gpchol import kernels, SparseGP
+            >>> X = jnp.arange(8.0)
+            >>> gp = SparseGP(kernels.ExpSquared(), X, inducing=X[::2], noise=0.1)
+            >>> value, status = jax.jit(lambda g: g.elbo_with_status(jnp.zeros(8)))(gp)
+            >>> int(status)
+            0
+        """
+        value, status = self._bound(y)[:2]
+        return value, status
+
+    def elbo(self, y: ArrayLike, *, check: bool = False) -> jax.Array:
+        r"""Titsias' collapsed evidence lower bound on ``log p(y)``, differentiable.
+
+        Differentiable in every parameter (kernel, inducing inputs, noise, mean) and in
+        ``y``; the factors of ``Kuu`` and ``B`` are gpchol's, their gradient its adjoint.
+
+        Args:
+            y: ``(n,)`` observations.
+            check: raise :class:`gpchol.NotPositiveDefiniteError` (outside ``jit``) when
+                ``Kuu`` is not positive definite; without it the bound is NaN.
+
+        Returns:
+            A scalar, at most the exact GP's ``log p(y)`` (equal to it when ``Z = X``).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import kernels, SparseGP, GaussianProcess
+            >>> X = jnp.linspace(0.0, 3.0, 30)
+            >>> y = jnp.sin(X)
+            >>> k = kernels.ExpSquared(1.0)
+            >>> sparse = SparseGP(k, X, inducing=X[::6], noise=0.1).elbo(y)
+            >>> exact = GaussianProcess(k, X, noise=0.1).log_marginal_likelihood(y)
+            >>> bool(sparse <= exact + 1e-4)
+            True
+        """
+        value, status = self.elbo_with_status(y)
+        if check:
+            self._check(status, "elbo")
+        return value
+
+    def fit_objective(self, y: ArrayLike) -> jax.Array:
+        """What :func:`gpchol.fit` maximises for this model: :meth:`elbo`."""
+        return self.elbo(y)
+
+    def _check(self, status: jax.Array, what: str) -> None:
+        if not is_concrete(status):
+            raise ValueError(
+                f"SparseGP.{what}(..., check=True) needs concrete values and cannot run "
+                "inside jax.jit/vmap/grad tracing; use elbo_with_status and test status == 0."
+            )
+        try:
+            Z = self.inducing
+            raise_if_failed(self.kernel(Z, Z), status, self.jitter)
+        except NotPositiveDefiniteError as err:
+            raise NotPositiveDefiniteError(
+                f"SparseGP: the inducing covariance k(Z, Z) {err} Sparse GP hints: "
+                "jitter=(1e-8, 1e-6, 1e-4) on the SparseGP, fewer or better separated "
+                "inducing inputs (gpchol.inducing_points), float64.",
+                pivot=err.pivot,
+                batch_index=err.batch_index,
+                min_diagonal=err.min_diagonal,
+                jitter=err.jitter,
+            ) from None
+
+    def condition(self, y: ArrayLike, *, check: bool = False) -> SparsePosterior:
+        """The approximate posterior given ``y`` (Titsias 2009's optimal ``q(u)``).
+
+        Args:
+            y: ``(n,)`` observations.
+            check: raise :class:`gpchol.NotPositiveDefiniteError` (outside ``jit``) when
+                ``Kuu`` is not positive definite (else predictions are NaN).
+
+        Returns:
+            A :class:`SparsePosterior` holding ``Luu``, ``LB`` and ``c`` (``O(M^2)``).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import kernels, SparseGP
+            >>> X = jnp.linspace(0.0, 1.0, 20)
+            >>> post = SparseGP(kernels.ExpSquared(0.3), X, inducing=X[::4],
+            ...                 noise=0.01).condition(jnp.sin(5.0 * X))
+            >>> post.mean(jnp.array([0.5])).shape
+            (1,)
+        """
+        value, status, used, Luu, LB, c = _condition_jit(self, jnp.asarray(y))
+        if check:
+            self._check(status, "condition")
+        return SparsePosterior(self, Luu, LB, c, value, status, used)
+
+
+@jax.jit
+def _condition_jit(gp: SparseGP, y: jax.Array) -> tuple[jax.Array, ...]:
+    return gp._bound(y)
+
+
+jax.tree_util.register_pytree_node_class(SparseGP)
+
+
+# ----------------------------------------------------------------------------------------
+# The posterior
+# ----------------------------------------------------------------------------------------
+
+
+def _blocks_of(f: Any, Xs: jax.Array, b: int) -> Any:
+    """``f`` over blocks of ``b`` test points (``lax.map``), joined along the last axis."""
+    m = Xs.shape[0]
+    if m <= b:
+        return f(Xs)
+    count = -(-m // b)
+    pad = count * b - m
+    Xp = jnp.concatenate([Xs, jnp.broadcast_to(Xs[-1:], (pad, Xs.shape[1]))]) if pad else Xs
+    out = lax.map(f, Xp.reshape(count, b, Xs.shape[1]))
+
+    def join(o: jax.Array) -> jax.Array:  # (count, ..., b) -> (..., m)
+        return jnp.moveaxis(o, 0, -2).reshape(o.shape[1:-1] + (-1,))[..., :m]
+
+    return jax.tree.map(join, out)
+
+
+@partial(jax.jit, static_argnames=("want_var", "b"))
+def _sparse_predict(
+    post: SparsePosterior, Xs: jax.Array, *, want_var: bool, b: int
+) -> tuple[jax.Array, jax.Array]:
+    gp = post.gp
+    Z = gp.inducing.astype(Xs.dtype)
+    w = trsm(post.Luu, trsm(post.LB, post.c[:, None], left=True, trans=True), left=True, trans=True)
+
+    def block(xb: jax.Array) -> tuple[jax.Array, jax.Array]:
+        Kus = gp.kernel(Z, xb).astype(xb.dtype)
+        mu = (Kus.T @ w)[:, 0] + gp.mean(xb).astype(xb.dtype)
+        if not want_var:
+            return mu, jnp.zeros_like(mu)
+        V1 = trsm(post.Luu, Kus, left=True)
+        V2 = trsm(post.LB, V1, left=True)
+        var = gp.kernel.diag(xb).astype(xb.dtype) - jnp.sum(V1 * V1, 0) + jnp.sum(V2 * V2, 0)
+        return mu, jnp.maximum(var, 0.0)
+
+    return _blocks_of(block, Xs, b)
+
+
+@jax.jit
+def _sparse_covariance(post: SparsePosterior, Xs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    gp = post.gp
+    Kus = gp.kernel(gp.inducing.astype(Xs.dtype), Xs).astype(Xs.dtype)
+    V1 = trsm(post.Luu, Kus, left=True)
+    V2 = trsm(post.LB, V1, left=True)
+    mu = V2.T @ post.c + gp.mean(Xs).astype(Xs.dtype)
+    C = gp.kernel(Xs, Xs).astype(Xs.dtype) - V1.T @ V1 + V2.T @ V2
+    return mu, 0.5 * (C + C.T)
+
+
+class SparsePosterior:
+    """The approximate posterior of a :class:`SparseGP` (from ``gp.condition(y)``).
+
+    Holds ``O(M^2)``: predictions cost ``O(M^2)`` per test point, in blocks of
+    ``block_size`` test points.
+
+    Attributes:
+        gp: the :class:`SparseGP`.
+        Luu: ``(M, M)`` factor of ``k(Z, Z)`` (+ jitter).
+        LB: ``(M, M)`` factor of ``B = I + A A^T``.
+        c: ``(M,)``, ``LB^-1 A Lambda^-1/2 (y - m(X))``.
+        elbo: the collapsed bound at ``y``.
+        status: int32 status of ``Kuu``'s factor.
+        jitter_used: the jitter added to ``Kuu``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from gpchol import kernels, SparseGP
+        >>> X = jnp.linspace(0.0, 1.0, 20)
+        >>> post = SparseGP(kernels.ExpSquared(0.3), X, inducing=X[::4],
+        ...                 noise=0.01).condition(X)
+        >>> Xs = jnp.array([0.1, 0.7])
+        >>> post.variance(Xs).shape, post.covariance(Xs).shape
+        ((2,), (2, 2))
+        >>> post.sample(jax.random.PRNGKey(0), Xs, 3).shape
+        (3, 2)
+    """
+
+    def __init__(
+        self,
+        gp: SparseGP,
+        Luu: jax.Array,
+        LB: jax.Array,
+        c: jax.Array,
+        elbo: jax.Array,
+        status: jax.Array,
+        jitter_used: jax.Array,
+    ) -> None:
+        self.gp = gp
+        self.Luu = Luu
+        self.LB = LB
+        self.c = c
+        self.elbo = elbo
+        self.status = status
+        self.jitter_used = jitter_used
+
+    def tree_flatten(self) -> tuple[tuple[Any, ...], None]:
+        return (self.gp, self.Luu, self.LB, self.c, self.elbo, self.status, self.jitter_used), None
+
+    @classmethod
+    def tree_unflatten(cls, aux: None, children: tuple[Any, ...]) -> SparsePosterior:
+        return cls(*children)
+
+    def __repr__(self) -> str:
+        return f"SparsePosterior(M={self.Luu.shape[-1]}, dtype={self.Luu.dtype})"
+
+    def _Xs(self, Xs: ArrayLike | None) -> jax.Array:
+        x = self.gp.X if Xs is None else as_inputs(Xs, "Xs")
+        d = self.gp.X.shape[1]
+        if x.shape[1] != d:
+            raise ValueError(
+                f"Xs (the test inputs) has {x.shape[1]} column(s) but the training inputs X "
+                f"have {d}; pass Xs of shape (m, {d})."
+            )
+        if is_concrete(x) and not np.all(np.isfinite(np.asarray(x))):
+            bad = _rows_with_nan(np.asarray(x))
+            raise ValueError(f"Xs (the test inputs) has NaN or inf in {bad}.")
+        return x.astype(self.Luu.dtype)
+
+    def _noise(self, include_noise: bool) -> jax.Array:
+        if not include_noise:
+            return jnp.zeros((), self.Luu.dtype)
+        nz = jnp.asarray(self.gp.noise)
+        if nz.ndim == 1 and nz.shape[0] != 1:
+            raise ValueError(
+                "include_noise=True needs a scalar noise; with per-point training noise add "
+                "the test points' own noise variance to the returned variance."
+            )
+        return nz.reshape(()).astype(self.Luu.dtype)
+
+    def mean_and_variance(
+        self,
+        Xs: ArrayLike | None = None,
+        *,
+        include_noise: bool = False,
+        block_size: int | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        """Predictive mean and marginal variance of ``f`` (``+ noise`` with ``include_noise``).
+
+        Args:
+            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
+            include_noise: add the model's (scalar) noise variance: the predictive
+                variance of a new observation.
+            block_size: test points per block (``None``: ``2^20 / M``).
+
+        Returns:
+            ``(mean, variance)``, each ``(m,)``.
+        """
+        x = self._Xs(Xs)
+        b = _check_row_block(block_size) or default_row_block(x.shape[0], self.Luu.shape[0])
+        if x.shape[0] == 0:
+            return jnp.zeros((0,), x.dtype), jnp.zeros((0,), x.dtype)
+        mu, var = _sparse_predict(self, x, want_var=True, b=min(b, x.shape[0]))
+        return mu, var + self._noise(include_noise)
+
+    def mean(self, Xs: ArrayLike | None = None, *, block_size: int | None = None) -> jax.Array:
+        """Predictive mean ``m(Xs) + k(Xs, Z) Luu^-T LB^-T c``, ``(m,)``.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import kernels, SparseGP
+            >>> X = jnp.linspace(0.0, 1.0, 10)
+            >>> post = SparseGP(kernels.ExpSquared(), X, inducing=X[:3], noise=0.1).condition(X)
+            >>> post.mean(jnp.zeros((4, 1))).shape
+            (4,)
+        """
+        x = self._Xs(Xs)
+        b = _check_row_block(block_size) or default_row_block(x.shape[0], self.Luu.shape[0])
+        if x.shape[0] == 0:
+            return jnp.zeros((0,), x.dtype)
+        return _sparse_predict(self, x, want_var=False, b=min(b, x.shape[0]))[0]
+
+    def variance(
+        self,
+        Xs: ArrayLike | None = None,
+        *,
+        include_noise: bool = False,
+        block_size: int | None = None,
+    ) -> jax.Array:
+        """Predictive marginal variance ``k(x, x) - ||V1||^2 + ||V2||^2``, ``(m,)``."""
+        return self.mean_and_variance(Xs, include_noise=include_noise, block_size=block_size)[1]
+
+    def covariance(self, Xs: ArrayLike | None = None, *, include_noise: bool = False) -> jax.Array:
+        """Predictive covariance ``k(Xs, Xs) - V1^T V1 + V2^T V2``, ``(m, m)``."""
+        x = self._Xs(Xs)
+        C = _sparse_covariance(self, x)[1]
+        return C + self._noise(include_noise) * jnp.eye(x.shape[0], dtype=C.dtype)
+
+    def sample(
+        self,
+        key: jax.Array,
+        Xs: ArrayLike | None = None,
+        num: int = 1,
+        *,
+        include_noise: bool = False,
+        jitter: float | tuple[float, ...] | None = (1e-10, 1e-8, 1e-6),
+    ) -> jax.Array:
+        """``num`` joint samples of ``f`` (or ``y*`` with ``include_noise``), ``(num, m)``.
+
+        ``jitter`` is relative to the largest predictive variance (as in
+        :meth:`gpchol.Posterior.sample`).
+        """
+        num = sample_count(num)
+        x = self._Xs(Xs)
+        if x.shape[0] == 0:
+            return jnp.zeros((num, 0), x.dtype)
+        mu, C = _sparse_covariance(self, x)
+        C = C + self._noise(include_noise) * jnp.eye(x.shape[0], dtype=C.dtype)
+        return gaussian_samples(key, mu, C, num, check_jitter(jitter) or (0.0,))
+
+
+jax.tree_util.register_pytree_node_class(SparsePosterior)
