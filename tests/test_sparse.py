@@ -251,6 +251,18 @@ def test_posterior_equals_exact_when_inducing_inputs_are_the_data(rng):
     assert _rel(sp.covariance(Xs), ex.covariance(Xs)) < 1e-9
 
 
+def test_posterior_of_additive_parts(rng):
+    # Cov(f_j, u) = k_j(x, Z): the parts' means add up to the whole (with the prior mean)
+    X, y, Z = _data(rng, 80, 9, 1)
+    k1, k2 = kernels.ExpSquared(0.8), 0.3 * kernels.ExpSquared(0.2)
+    post = gpchol.SparseGP(k1 + k2, X, inducing=Z, noise=0.1, mean=0.5).condition(y)
+    Xs = np.linspace(0.0, 3.0, 11)[:, None]
+    total = post.mean(Xs, kernel=k1) + post.mean(Xs, kernel=k2) + 0.5
+    assert _rel(total, post.mean(Xs)) < 1e-10
+    v1 = post.variance(Xs, kernel=k1)
+    assert bool(np.all(np.asarray(v1) <= np.asarray(k1.diag(Xs)) + 1e-12))
+
+
 def test_posterior_is_a_pytree_through_jit(rng):
     X, y, Z = _data(rng, 40, 5, 1)
     post = gpchol.SparseGP(kernels.ExpSquared(), X, inducing=Z, noise=0.1).condition(y)

@@ -41,9 +41,10 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -53,7 +54,8 @@ from jax.typing import ArrayLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
 from gpchol._base.validate import as_inputs, check_jitter, input_mesh, is_concrete
-from gpchol._gp.posterior import gaussian_samples, sample_count
+from gpchol._gp.posterior import model_part
+from gpchol._linalg import posterior_core as core
 from gpchol._linalg.blocks import trsm
 from gpchol._linalg.gaussian import LOG_2PI
 from gpchol._linalg.status import raise_if_failed
@@ -400,7 +402,7 @@ class SparseGP:
         Luu, status, used = self.factor(r.dtype)
         stats = self._stats(Luu, r)
         value, LB, c = bound_from_stats(stats, self.n)
-        return value, status, used, Luu, LB, c
+        return value, status, used, Luu, LB, c, stats[0]
 
     # ------------------------------------------------------------------- the bound
     def elbo_with_status(self, y: ArrayLike) -> tuple[jax.Array, jax.Array]:
@@ -488,7 +490,8 @@ class SparseGP:
                 ``Kuu`` is not positive definite (else predictions are NaN).
 
         Returns:
-            A :class:`SparsePosterior` holding ``Luu``, ``LB`` and ``c`` (``O(M^2)``).
+            A :class:`SparsePosterior` holding ``O(M^2)``: the factors ``Luu`` and ``LB``,
+            ``c``, and what its predictions use (see :class:`SparsePosterior`).
 
         Example:
             >>> import jax.numpy as jnp
@@ -499,84 +502,98 @@ class SparseGP:
             >>> post.mean(jnp.array([0.5])).shape
             (1,)
         """
-        value, status, used, Luu, LB, c = _condition_jit(self, jnp.asarray(y))
+        value, status, used, Luu, LB, c, R, w = _condition_jit(self, jnp.asarray(y))
         if check:
             self._check(status, "condition")
-        return SparsePosterior(self, Luu, LB, c, value, status, used)
+        return SparsePosterior(self, Luu, LB, c, R, w, value, status, used)
 
 
 @jax.jit
 def _condition_jit(gp: SparseGP, y: jax.Array) -> tuple[jax.Array, ...]:
-    return gp._bound(y)
+    """The bound's factors, and the posterior's ``R`` and ``w`` (see :class:`SparseSolver`)."""
+    value, status, used, Luu, LB, c, AAt = gp._bound(y)
+    # I - B^-1 = U diag(g / (1 + g)) U^T with A A^T = U diag(g) U^T (B = I + A A^T): R is
+    # its square root, so that var = k - ||R Luu^-1 k(Z, x)||^2
+    g, U = jnp.linalg.eigh(0.5 * (AAt + AAt.T))
+    g = jnp.maximum(g, 0.0)
+    R = jnp.sqrt(g / (1.0 + g))[:, None] * U.T
+    w = trsm(Luu, trsm(LB, c[:, None], left=True, trans=True), left=True, trans=True)[:, 0]
+    return value, status, used, Luu, LB, c, R, w
 
 
 jax.tree_util.register_pytree_node_class(SparseGP)
 
 
 # ----------------------------------------------------------------------------------------
-# The posterior
+# The posterior: a solver of the posterior core
 # ----------------------------------------------------------------------------------------
 
 
-def _blocks_of(f: Any, Xs: jax.Array, b: int) -> Any:
-    """``f`` over blocks of ``b`` test points (``lax.map``), joined along the last axis."""
-    m = Xs.shape[0]
-    if m <= b:
-        return f(Xs)
-    count = -(-m // b)
-    pad = count * b - m
-    Xp = jnp.concatenate([Xs, jnp.broadcast_to(Xs[-1:], (pad, Xs.shape[1]))]) if pad else Xs
-    out = lax.map(f, Xp.reshape(count, b, Xs.shape[1]))
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SparseSolver:
+    r"""SGPR's predictive for the posterior core (:mod:`gpchol._linalg.posterior_core`).
 
-    def join(o: jax.Array) -> jax.Array:  # (count, ..., b) -> (..., m)
-        return jnp.moveaxis(o, 0, -2).reshape(o.shape[1:-1] + (-1,))[..., :m]
+    With ``Sigma = (Kuu + Kuf Lambda^-1 Kfu)^-1 = Luu^-T B^-1 Luu^-1`` the predictive of
+    ``f`` (Titsias 2009, eq. 6) is ``mean = m(x) + k(x, Z) w`` with ``w = Kuu^-1 mu_u =
+    Luu^-T LB^-T c``, and ``var = k(x, x) - k(x, Z) (Kuu^-1 - Sigma) k(Z, x)``. Since
+    ``Kuu^-1 - Sigma = Luu^-T (I - B^-1) Luu^-1`` and ``I - B^-1 = R^T R`` (from the
+    eigendecomposition of ``A A^T = B - I``, computed once when conditioning), the
+    whitened cross-covariance is ``V = R Luu^-1 k(Z, x)``: the core's
+    ``var = k(x, x) - ||V||^2`` form. A part of an additive kernel takes its own
+    ``k_j(Z, x)`` in the same formulas (``Cov(f_j, u) = k_j(x, Z)``).
+    """
 
-    return jax.tree.map(join, out)
+    gp: Any
+    Luu: jax.Array
+    R: jax.Array
+    w: jax.Array
+    outputs: ClassVar[tuple[int, ...]] = ()
+    block_multiple: ClassVar[int] = 1
 
+    @property
+    def inputs(self) -> jax.Array:
+        return self.gp.X
 
-@partial(jax.jit, static_argnames=("want_var", "b"))
-def _sparse_predict(
-    post: SparsePosterior, Xs: jax.Array, *, want_var: bool, b: int
-) -> tuple[jax.Array, jax.Array]:
-    gp = post.gp
-    Z = gp.inducing.astype(Xs.dtype)
-    w = trsm(post.Luu, trsm(post.LB, post.c[:, None], left=True, trans=True), left=True, trans=True)
+    def default_block(self, m: int) -> int:
+        return core.default_block_size(self.Luu.shape[-1], m)
 
-    def block(xb: jax.Array) -> tuple[jax.Array, jax.Array]:
-        Kus = gp.kernel(Z, xb).astype(xb.dtype)
-        mu = (Kus.T @ w)[:, 0] + gp.mean(xb).astype(xb.dtype)
-        if not want_var:
-            return mu, jnp.zeros_like(mu)
-        V1 = trsm(post.Luu, Kus, left=True)
-        V2 = trsm(post.LB, V1, left=True)
-        var = gp.kernel.diag(xb).astype(xb.dtype) - jnp.sum(V1 * V1, 0) + jnp.sum(V2 * V2, 0)
-        return mu, jnp.maximum(var, 0.0)
+    def _kernel(self, part: Any) -> Any:
+        return self.gp.kernel if part is None else part
 
-    return _blocks_of(block, Xs, b)
+    def project(self, xb: jax.Array, part: Any, whiten: bool) -> tuple[jax.Array, jax.Array | None]:
+        Z = self.gp.inducing.astype(xb.dtype)
+        Kus = self._kernel(part)(Z, xb).astype(xb.dtype)  # (M, b)
+        mu = Kus.T @ self.w.astype(xb.dtype)
+        if not whiten:
+            return mu, None
+        return mu, self.R.astype(xb.dtype) @ trsm(self.Luu, Kus, left=True)
 
+    def prior_mean(self, xb: jax.Array) -> jax.Array:
+        return self.gp.mean(xb)
 
-@jax.jit
-def _sparse_covariance(post: SparsePosterior, Xs: jax.Array) -> tuple[jax.Array, jax.Array]:
-    gp = post.gp
-    Kus = gp.kernel(gp.inducing.astype(Xs.dtype), Xs).astype(Xs.dtype)
-    V1 = trsm(post.Luu, Kus, left=True)
-    V2 = trsm(post.LB, V1, left=True)
-    mu = V2.T @ post.c + gp.mean(Xs).astype(Xs.dtype)
-    C = gp.kernel(Xs, Xs).astype(Xs.dtype) - V1.T @ V1 + V2.T @ V2
-    return mu, 0.5 * (C + C.T)
+    def prior_variance(self, xb: jax.Array, part: Any) -> jax.Array:
+        return self._kernel(part).diag(xb)
+
+    def prior_covariance(self, xs: jax.Array, part: Any) -> jax.Array:
+        return self._kernel(part)(xs, xs)
 
 
 class SparsePosterior:
     """The approximate posterior of a :class:`SparseGP` (from ``gp.condition(y)``).
 
-    Holds ``O(M^2)``: predictions cost ``O(M^2)`` per test point, in blocks of
-    ``block_size`` test points.
+    Holds ``O(M^2)``; predictions run through the posterior core (blocks of test points,
+    one jitted program per shape and option) and cost ``O(M^2)`` per test point. Methods
+    take the arguments of :class:`gpchol.Posterior`'s: ``kernel=`` (one additive part of
+    the kernel), ``include_noise``/``noise=`` (new observations ``y*``), ``block_size``.
 
     Attributes:
         gp: the :class:`SparseGP`.
         Luu: ``(M, M)`` factor of ``k(Z, Z)`` (+ jitter).
         LB: ``(M, M)`` factor of ``B = I + A A^T``.
         c: ``(M,)``, ``LB^-1 A Lambda^-1/2 (y - m(X))``.
+        R: ``(M, M)``, ``R^T R = I - B^-1``.
+        w: ``(M,)``, ``Kuu^-1`` times the optimal ``q(u)``'s mean.
         elbo: the collapsed bound at ``y``.
         status: int32 status of ``Kuu``'s factor.
         jitter_used: the jitter added to ``Kuu``.
@@ -600,6 +617,8 @@ class SparsePosterior:
         Luu: jax.Array,
         LB: jax.Array,
         c: jax.Array,
+        R: jax.Array,
+        w: jax.Array,
         elbo: jax.Array,
         status: jax.Array,
         jitter_used: jax.Array,
@@ -608,12 +627,18 @@ class SparsePosterior:
         self.Luu = Luu
         self.LB = LB
         self.c = c
+        self.R = R
+        self.w = w
         self.elbo = elbo
         self.status = status
         self.jitter_used = jitter_used
 
     def tree_flatten(self) -> tuple[tuple[Any, ...], None]:
-        return (self.gp, self.Luu, self.LB, self.c, self.elbo, self.status, self.jitter_used), None
+        children = (
+            self.gp, self.Luu, self.LB, self.c, self.R, self.w, self.elbo, self.status,
+            self.jitter_used,
+        )  # fmt: skip
+        return children, None
 
     @classmethod
     def tree_unflatten(cls, aux: None, children: tuple[Any, ...]) -> SparsePosterior:
@@ -622,57 +647,48 @@ class SparsePosterior:
     def __repr__(self) -> str:
         return f"SparsePosterior(M={self.Luu.shape[-1]}, dtype={self.Luu.dtype})"
 
-    def _Xs(self, Xs: ArrayLike | None) -> jax.Array:
-        x = self.gp.X if Xs is None else as_inputs(Xs, "Xs")
-        d = self.gp.X.shape[1]
-        if x.shape[1] != d:
-            raise ValueError(
-                f"Xs (the test inputs) has {x.shape[1]} column(s) but the training inputs X "
-                f"have {d}; pass Xs of shape (m, {d})."
-            )
-        if is_concrete(x) and not np.all(np.isfinite(np.asarray(x))):
-            bad = _rows_with_nan(np.asarray(x))
-            raise ValueError(f"Xs (the test inputs) has NaN or inf in {bad}.")
-        return x.astype(self.Luu.dtype)
+    @property
+    def _solver(self) -> SparseSolver:
+        return SparseSolver(self.gp, self.Luu, self.R, self.w)
 
-    def _noise(self, include_noise: bool) -> jax.Array:
-        if not include_noise:
-            return jnp.zeros((), self.Luu.dtype)
-        nz = jnp.asarray(self.gp.noise)
-        if nz.ndim == 1 and nz.shape[0] != 1:
-            raise ValueError(
-                "include_noise=True needs a scalar noise; with per-point training noise add "
-                "the test points' own noise variance to the returned variance."
-            )
-        return nz.reshape(()).astype(self.Luu.dtype)
+    def _args(self, kernel: Any, block_size: object) -> dict[str, Any]:
+        return dict(
+            dtype=self.Luu.dtype,
+            part=model_part(self.gp.kernel, kernel),
+            model_noise=self.gp.noise,
+            block_size=block_size,
+        )
 
     def mean_and_variance(
         self,
         Xs: ArrayLike | None = None,
         *,
+        kernel: Any = None,
         include_noise: bool = False,
+        noise: ArrayLike | None = None,
         block_size: int | None = None,
     ) -> tuple[jax.Array, jax.Array]:
-        """Predictive mean and marginal variance of ``f`` (``+ noise`` with ``include_noise``).
+        """Predictive mean and marginal variance in one pass.
 
         Args:
             Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-            include_noise: add the model's (scalar) noise variance: the predictive
-                variance of a new observation.
-            block_size: test points per block (``None``: ``2^20 / M``).
+            kernel: ``None`` (the whole model) or one additive part of its kernel.
+            include_noise: add the model's noise variance (predictive of ``y*``).
+            noise: the test points' own noise variance, a scalar or ``(m,)``.
+            block_size: test points per block (``None``: ``max(2^20, M^2/16) / M``).
 
         Returns:
-            ``(mean, variance)``, each ``(m,)``.
+            ``(mean, variance)``, each ``(m,)``; the latent variance clipped at 0.
         """
-        x = self._Xs(Xs)
-        b = _check_row_block(block_size) or default_row_block(x.shape[0], self.Luu.shape[0])
-        if x.shape[0] == 0:
-            return jnp.zeros((0,), x.dtype), jnp.zeros((0,), x.dtype)
-        mu, var = _sparse_predict(self, x, want_var=True, b=min(b, x.shape[0]))
-        return mu, var + self._noise(include_noise)
+        return core.predict(
+            self._solver, Xs, noise=noise, include_noise=include_noise,
+            **self._args(kernel, block_size),
+        )  # fmt: skip
 
-    def mean(self, Xs: ArrayLike | None = None, *, block_size: int | None = None) -> jax.Array:
-        """Predictive mean ``m(Xs) + k(Xs, Z) Luu^-T LB^-T c``, ``(m,)``.
+    def mean(
+        self, Xs: ArrayLike | None = None, *, kernel: Any = None, block_size: int | None = None
+    ) -> jax.Array:
+        """Predictive mean ``m(Xs) + k(Xs, Z) w``, ``(m,)``.
 
         Example:
             >>> import jax.numpy as jnp
@@ -682,27 +698,38 @@ class SparsePosterior:
             >>> post.mean(jnp.zeros((4, 1))).shape
             (4,)
         """
-        x = self._Xs(Xs)
-        b = _check_row_block(block_size) or default_row_block(x.shape[0], self.Luu.shape[0])
-        if x.shape[0] == 0:
-            return jnp.zeros((0,), x.dtype)
-        return _sparse_predict(self, x, want_var=False, b=min(b, x.shape[0]))[0]
+        return core.predict(self._solver, Xs, want_var=False, **self._args(kernel, block_size))[0]
 
     def variance(
         self,
         Xs: ArrayLike | None = None,
         *,
+        kernel: Any = None,
         include_noise: bool = False,
+        noise: ArrayLike | None = None,
         block_size: int | None = None,
     ) -> jax.Array:
-        """Predictive marginal variance ``k(x, x) - ||V1||^2 + ||V2||^2``, ``(m,)``."""
-        return self.mean_and_variance(Xs, include_noise=include_noise, block_size=block_size)[1]
+        """Predictive marginal variance ``k(x, x) - ||R Luu^-1 k(Z, x)||^2``, ``(m,)``
+        (arguments as for :meth:`mean_and_variance`)."""
+        return self.mean_and_variance(
+            Xs, kernel=kernel, include_noise=include_noise, noise=noise, block_size=block_size
+        )[1]
 
-    def covariance(self, Xs: ArrayLike | None = None, *, include_noise: bool = False) -> jax.Array:
-        """Predictive covariance ``k(Xs, Xs) - V1^T V1 + V2^T V2``, ``(m, m)``."""
-        x = self._Xs(Xs)
-        C = _sparse_covariance(self, x)[1]
-        return C + self._noise(include_noise) * jnp.eye(x.shape[0], dtype=C.dtype)
+    def covariance(
+        self,
+        Xs: ArrayLike | None = None,
+        *,
+        kernel: Any = None,
+        include_noise: bool = False,
+        noise: ArrayLike | None = None,
+        block_size: int | None = None,
+    ) -> jax.Array:
+        """Predictive covariance ``k(Xs, Xs) - V^T V``, ``(m, m)`` (arguments as for
+        :meth:`mean_and_variance`)."""
+        return core.covariance(
+            self._solver, Xs, noise=noise, include_noise=include_noise,
+            **self._args(kernel, block_size),
+        )  # fmt: skip
 
     def sample(
         self,
@@ -710,21 +737,18 @@ class SparsePosterior:
         Xs: ArrayLike | None = None,
         num: int = 1,
         *,
+        kernel: Any = None,
         include_noise: bool = False,
+        noise: ArrayLike | None = None,
         jitter: float | tuple[float, ...] | None = (1e-10, 1e-8, 1e-6),
+        block_size: int | None = None,
     ) -> jax.Array:
-        """``num`` joint samples of ``f`` (or ``y*`` with ``include_noise``), ``(num, m)``.
-
-        ``jitter`` is relative to the largest predictive variance (as in
-        :meth:`gpchol.Posterior.sample`).
-        """
-        num = sample_count(num)
-        x = self._Xs(Xs)
-        if x.shape[0] == 0:
-            return jnp.zeros((num, 0), x.dtype)
-        mu, C = _sparse_covariance(self, x)
-        C = C + self._noise(include_noise) * jnp.eye(x.shape[0], dtype=C.dtype)
-        return gaussian_samples(key, mu, C, num, check_jitter(jitter) or (0.0,))
+        """``(num, m)`` joint samples of ``f`` (or of ``y*`` with the noise); ``jitter`` is
+        relative to the largest predictive variance (as in :meth:`gpchol.Posterior.sample`)."""
+        return core.sample(
+            self._solver, key, Xs, num, jitter=jitter, noise=noise,
+            include_noise=include_noise, **self._args(kernel, block_size),
+        )  # fmt: skip
 
 
 jax.tree_util.register_pytree_node_class(SparsePosterior)
