@@ -19,9 +19,9 @@ from the largest size run) whose step completes under the limit. Values agree to
 
 GPJax runs under ``--gpjax-python`` (or the environment variable ``GPCHOL_GPJAX_PYTHON``):
 an interpreter with GPJax installed, e.g. a separate virtual environment; by default this
-interpreter when it can import GPJax, else GPJax is reported as not run. If
-:mod:`benchmarks.bench_svgp` provides ``svgp_rows(quick=...)``, its rows (SVGP steps per
-second) are added to the results.
+interpreter when it can import GPJax, else GPJax is reported as not run. SVGP's optax steps
+per second at batch 1024 (:func:`benchmarks.bench_svgp.svgp_steps_per_second`, n = 100,000,
+M = 256 and 512) are added to the results.
 
 Timings taken on a loaded machine are not results: the JSON records ``loadavg``.
 
@@ -221,12 +221,14 @@ def _max_n(py: str, lib: str, M: int, start: int, repeats: int, limit: int) -> d
 
 
 def _svgp_rows(quick: bool) -> list[dict] | None:
+    """SVGP optax steps per second at batch 1024 (:mod:`benchmarks.bench_svgp`), when there."""
     try:
-        from benchmarks import bench_svgp
+        from benchmarks.bench_svgp import svgp_steps_per_second
     except ImportError:
         return None
-    fn = getattr(bench_svgp, "svgp_rows", None)
-    return None if fn is None else fn(quick=quick)
+    if quick:
+        return [svgp_steps_per_second(20_000, 64, 1024, steps=10, repeats=1)]
+    return [svgp_steps_per_second(100_000, M, 1024) for M in (256, 512)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
                 largest.append(_max_n(py, lib, M, 2 * max(sizes), 1, limit))
                 print(f"largest n for {lib}, M = {M}: {largest[-1]['largest_n']}")
     svgp = _svgp_rows(a.quick)
+    for r in svgp or []:
+        print(
+            f"SVGP n={r['n']:,d} M={r['M']} batch={r['batch']}: {r['steps_per_second']:.1f} steps/s"
+        )
     if a.json:
         result = {
             "machine": machine_info(),
