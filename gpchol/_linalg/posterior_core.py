@@ -42,6 +42,7 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from gpchol._base.buckets import bucket_size, pad_rows
+from gpchol._base.minibatch import positive_int
 from gpchol._base.validate import as_inputs, check_jitter, is_concrete
 from gpchol._linalg.cholesky import factor_with_status
 
@@ -137,20 +138,11 @@ def check_block_size(block_size: object) -> int | None:
         TypeError: not an integer (a bool, a float, a string).
         ValueError: smaller than 1.
     """
-    if block_size is None:
-        return None
-    if isinstance(block_size, (bool, np.bool_)):
-        raise TypeError(f"block_size must be a positive int or None; got {block_size!r}.")
-    try:
-        b = operator.index(block_size)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(
-            f"block_size (test points per block) must be a positive int or None; got "
-            f"{block_size!r} of type {type(block_size).__name__}."
-        ) from None
-    if b < 1:
-        raise ValueError(f"block_size (test points per block) must be >= 1; got {b}.")
-    return int(b)
+    return (
+        None
+        if block_size is None
+        else positive_int(block_size, "block_size", "test points per block")
+    )
 
 
 def sample_count(num: object) -> int:
