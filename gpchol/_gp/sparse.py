@@ -42,7 +42,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import operator
 from functools import partial
 from typing import Any, ClassVar
 
@@ -53,6 +52,7 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
+from gpchol._base.minibatch import positive_int
 from gpchol._base.validate import as_inputs, check_jitter, input_mesh, is_concrete
 from gpchol._gp.posterior import model_part
 from gpchol._linalg import posterior_core as core
@@ -84,17 +84,7 @@ def default_row_block(n: int, M: int) -> int:
 def _check_row_block(block_size: object) -> int | None:
     if block_size is None:
         return None
-    if isinstance(block_size, (bool, np.bool_)):
-        raise TypeError(f"block_size must be a positive int or None; got {block_size!r}.")
-    try:
-        b = operator.index(block_size)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(
-            f"block_size (rows per block) must be a positive int or None; got {block_size!r}."
-        ) from None
-    if b < 1:
-        raise ValueError(f"block_size (rows per block) must be >= 1; got {b}.")
-    return int(b)
+    return positive_int(block_size, "block_size", "rows per block")
 
 
 def _rows_with_nan(x: np.ndarray) -> str:
