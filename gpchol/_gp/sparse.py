@@ -222,7 +222,8 @@ class SparseGP:
             tried in order until ``Kuu`` factors (see :func:`gpchol.cholesky_with_status`).
         fixed_inducing: keep ``Z`` out of the gradient (its cotangent is zero), so a fit
             that passes ``Z`` in its parameters leaves it where it is. Default: learnable.
-        block_size: rows per block of the sums (``None``: :func:`default_row_block`).
+        block_size: rows per block of the sums (``None``: ``2^20 / M`` rows, clipped to
+            ``[128, 8192]``).
 
     Example:
         >>> import jax, jax.numpy as jnp
