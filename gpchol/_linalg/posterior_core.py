@@ -31,6 +31,7 @@ a covariance is ``(m, *outputs, m, *outputs)``.
 
 from __future__ import annotations
 
+import math
 import operator
 from functools import partial
 from typing import Any, Protocol
@@ -332,7 +333,9 @@ def _covariance_program(
     m = Xs.shape[0]
     mu, V = _map_blocks(lambda xb: _project(solver, xb, part, True), Xs, b)
     mu = _rows(mu, m)
-    V = jnp.moveaxis(V, 0, 1).reshape(V.shape[1], -1)[:, : mu.size]  # (r, m q)
+    # (r, m q); the size written out: with no training rows (a prior, r = 0) -1 is undefined
+    cols = V.shape[0] * math.prod(V.shape[2:])
+    V = jnp.moveaxis(V, 0, 1).reshape(V.shape[1], cols)[:, : mu.size]
     C = solver.prior_covariance(Xs, part).astype(mu.dtype) - V.T @ V
     C = 0.5 * (C + C.T)
     return mu, C + jnp.diag(jnp.broadcast_to(noise, mu.shape).reshape(-1))
