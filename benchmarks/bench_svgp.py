@@ -41,7 +41,8 @@ def svgp_steps_per_second(
 
     Args:
         n: number of observations (the minibatches are drawn from them).
-        M: number of inducing inputs (the first ``M`` rows of ``X``).
+        M: number of inducing inputs (chosen by :func:`gpchol.inducing_points`, greedy
+            conditional variance; not timed).
         batch: rows per minibatch.
         steps: steps timed per repeat.
         repeats: timed repeats (the median is reported).
@@ -63,9 +64,10 @@ def svgp_steps_per_second(
     with jax.enable_x64(np.dtype(dtype) == np.float64):
         X, y = problem(n, seed)
         X, y = X.astype(dtype), y.astype(dtype)
+        kernel = 1.0 * kernels.ExpSquared(1.5)
         model = gpchol.SVGP(
-            1.0 * kernels.ExpSquared(1.5),
-            inducing=X[:M],
+            kernel,
+            inducing=gpchol.inducing_points(X, M, kernel=kernel),
             likelihood=likelihoods.Gaussian(0.1),
             num_data=n,
             jitter=1e-6,

@@ -151,7 +151,8 @@ class SVGP:
 
             import jax, optax, gpchol
             from gpchol import kernels, likelihoods
-            model = gpchol.SVGP(kernels.ExpSquared(1.0), inducing=X[:256],
+            kernel = kernels.ExpSquared(1.0)
+            model = gpchol.SVGP(kernel, inducing=gpchol.inducing_points(X, 256, kernel=kernel),
                                 likelihood=likelihoods.Gaussian(0.1), num_data=len(X),
                                 jitter=1e-6)
             t = model.default_transforms()
