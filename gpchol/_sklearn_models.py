@@ -46,8 +46,8 @@ from gpchol import (
     to_constrained,
     to_unconstrained,
 )
+from gpchol._base.transforms import LogPositive
 from gpchol._sklearn_kernels import Node, Translation, build
-from gpchol.cli.spec import LogPositive
 
 __all__ = [
     "GpcholSpace",

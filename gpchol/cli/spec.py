@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from gpchol import kernels as K
-from gpchol._base.transforms import Positive, Transform
+from gpchol._base.transforms import LogPositive, Positive
 
 __all__ = ["KERNEL_NAMES", "LogPositive", "ModelSpec", "SpecError"]
 
@@ -68,29 +68,6 @@ _ALIASES = {
 }
 KERNEL_NAMES: tuple[str, ...] = tuple(sorted(_ALIASES))
 """Every name the SPEC language knows."""
-
-
-@dataclasses.dataclass(frozen=True)
-class LogPositive(Transform):
-    """``c = exp(u)``: a positive parameter optimised on the log scale.
-
-    Scale parameters spanning orders of magnitude (an amplitude of 4000 ppm^2 next to a
-    lengthscale of 0.1 yr) are far better conditioned for L-BFGS in log space than through
-    softplus, which is linear for large values.
-
-    Example:
-        >>> from gpchol.cli.spec import LogPositive
-        >>> round(float(LogPositive().forward(LogPositive().inverse(3.0))), 6)
-        3.0
-    """
-
-    def forward(self, u: Any) -> jax.Array:
-        """``exp(u)``, shape ``(...)``."""
-        return jnp.exp(jnp.asarray(u))
-
-    def inverse(self, c: Any) -> jax.Array:
-        """``log(c)``, shape ``(...)``; ``c > 0``."""
-        return jnp.log(jnp.asarray(c))
 
 
 class SpecError(ValueError):
