@@ -3,10 +3,9 @@
 ``jax.lax.platform_dependent`` traces, lowers and compiles every branch it is given, so
 that one jitted function can run on the CPU and on a GPU. In a process whose only JAX
 platform is the CPU (this project's CI, most laptops) the other branch can never run,
-yet its tracing and lowering are paid by every program that holds it: on the 2-core CPU,
-0.35 s of the 1.4 s that tracing a GP's value and gradient took at n = 353 went to the
-GPU branch's factorization-status search. :func:`platform_dependent` calls the CPU branch
-directly there.
+yet its tracing and lowering are paid by every program that holds it (a quarter of a GP's
+tracing time: ``benchmarks/results/design-measurements.md``). :func:`platform_dependent` calls
+the CPU branch directly there.
 
 Example:
     >>> import jax.numpy as jnp

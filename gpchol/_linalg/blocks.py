@@ -71,11 +71,9 @@ def default_tile_size(n: int, dtype: DTypeLike) -> int:
 
     Large enough that the level-3 updates run near GEMM speed: at least 256 (float64) or
     384 (float32) rows, and a quarter of ``n`` above that, so the unrolled program has at
-    most 4 block steps for n >= 1024 (compile time grows with the number of steps). On
-    this project's 2-core CPU, at n = 4000 float64 with XLA's default threading, the
-    tiled forward takes 1.31x the time of ``jax.lax.linalg.cholesky`` with tiles of 1000
-    against 1.58x with tiles of 256 (1.10x either way on one thread), and the blocked
-    adjoint is fastest there too.
+    most 4 block steps for n >= 1024 (compile time grows with the number of steps).
+    Large tiles are faster for the forward and the adjoint
+    (``benchmarks/results/design-measurements.md``).
     """
     base = 256 if np.dtype(dtype).itemsize == 8 else 384
     return max(base, -(-n // 4))

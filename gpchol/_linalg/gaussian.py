@@ -238,19 +238,14 @@ def gaussian_factor(
 
         def host(K: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
             # The status is LAPACK's info itself: no search needed. K and L row-major:
-            # the binding can declare them column-major (no relayout pass in the
-            # handler), but measured at n = 4000 that raised the GP step's peak from 317
-            # to 388 MiB (XLA's blocked contraction wants more temporaries) and made XLA
-            # keep a caller-built K in both layouts (+10% on the step).
+            # column-major costs more memory and time at large n
+            # (benchmarks/results/design-measurements.md).
             return _host_solve(K, r, symmetric)
 
         # At every n, small ones included: one LAPACK call factors and solves in place
         # and gives the status itself, where XLA's potrf + two triangular solves need the
-        # status search (a cond, a select under vmap, rebuilding K) on top. Measured on
-        # this project's 2-core CPU (jit value and gradient of an ExpSquared GP, float64,
-        # with potri from n = 32, host_lapack.HOST_MIN_N), against XLA's potrf below
-        # n = 128 as before: 0.69x the time at n = 20, 0.90x at n = 50, 0.76x at n = 100
-        # (fastest of 41 interleaved repeats; benchmarks/bench_small.py).
+        # status search (a cond, a select under vmap, rebuilding K) on top; faster from
+        # n = 20 on (benchmarks/results/design-measurements.md).
         if (
             rule.backend.host_lapack
             and compiled_lapack()

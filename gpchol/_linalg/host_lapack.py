@@ -43,9 +43,7 @@ HOST_FACTOR_ABOVE = cpu_ffi.SPLIT_ABOVE
 
 #: Below this order the tiled XLA inverse (one triangular solve and one product at such
 #: sizes) is used even on the CPU: it is then as fast as a LAPACK call. From n = 32 on,
-#: ``potri`` in place is faster (value and gradient of a GP on this project's 2-core CPU,
-#: n = 50 and 100: 0.8x and 0.95x the time of the tiled inverse; at n = 20 the tiled
-#: inverse was faster; benchmarks/bench_small.py).
+#: ``potri`` in place is faster (benchmarks/results/design-measurements.md).
 HOST_MIN_N = 32
 
 

@@ -25,8 +25,7 @@ itself seeds the cotangent on the output's mesh and asks for the mesh context (u
 Simulated CPU devices (``--xla_force_host_platform_device_count``): JAX's CPU ``potrf`` and
 ``trsm`` call SciPy's OpenBLAS, whose own worker threads, with several devices calling it
 at once, oversubscribe the cores; set ``OPENBLAS_NUM_THREADS=1`` before starting Python
-(measured on 2 cores, 2x4 mesh, n = 2048: a GP value-and-gradient step 1.1 s with it,
-11 to 67 s without).
+(ten times faster or more; ``benchmarks/results/design-measurements.md``).
 """
 
 from gpchol.distributed import _api

@@ -183,10 +183,10 @@ def _after(x: jax.Array, dep: jax.Array | None) -> jax.Array:
     happens only when the result is already non-finite). Used on the slices of the
     factor ``L`` that a reverse or tangent step reads: they depend on ``L`` alone, and
     XLA's CPU scheduler (its concurrency-optimised one, the default) otherwise computes
-    all of them at the start, so that every step's panels are alive at once (measured:
-    5.5 local blocks of temporaries for the adjoint at n = 1024 on a 2x4 mesh, 1.2 with
-    the memory-minimising scheduler). ``lax.optimization_barrier`` does not help: XLA's
-    CPU pipeline removes it before scheduling. ``dep=None``: ``x`` itself.
+    all of them at the start, so that every step's panels are alive at once (about 4x the
+    memory-minimising scheduler's temporaries: ``benchmarks/results/design-measurements.md``).
+    ``lax.optimization_barrier`` does not help: XLA's CPU pipeline removes it before
+    scheduling. ``dep=None``: ``x`` itself.
     """
     if dep is None:
         return x
