@@ -17,36 +17,19 @@ dtype of ``X``. :func:`as_mean` turns the usual shorthands into a mean:
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from collections.abc import Callable
-from typing import Any, TypeVar, dataclass_transform
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gpchol._base.validate import as_inputs
+from gpchol._base.pytrees import as_param, is_scalar, pytree_dataclass
+from gpchol._base.validate import as_inputs, check_scalar_or_vector
 
 _T = TypeVar("_T")
 
 __all__ = ["Constant", "Function", "Linear", "Mean", "Zero", "as_mean"]
-
-
-def _static(default: Any = None) -> Any:
-    return dataclasses.field(default=default, metadata={"static": True})
-
-
-@dataclass_transform(eq_default=False, frozen_default=True, field_specifiers=(dataclasses.field,))
-def _pytree_dataclass(cls: type[_T]) -> type[_T]:
-    dc: Any = dataclasses.dataclass(frozen=True, eq=False)(cls)
-    fields = dataclasses.fields(dc)
-    meta = [f.name for f in fields if f.metadata.get("static", False)]
-    data = [f.name for f in fields if not f.metadata.get("static", False)]
-    return jax.tree_util.register_dataclass(dc, data_fields=data, meta_fields=meta)
-
-
-def _param(value: Any, dtype: Any) -> jax.Array:
-    return jnp.asarray(value).astype(dtype)
 
 
 class Mean:
@@ -74,7 +57,7 @@ class Mean:
         return None
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Zero(Mean):
     """The zero mean, ``m(x) = 0``; no parameters.
 
@@ -88,7 +71,7 @@ class Zero(Mean):
         return jnp.zeros(x.shape[:1], dtype=x.dtype)
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Constant(Mean):
     """A constant mean, ``m(x) = c``.
 
@@ -104,10 +87,10 @@ class Constant(Mean):
     value: Any = 0.0
 
     def _eval(self, x: jax.Array) -> jax.Array:
-        return jnp.broadcast_to(_param(self.value, x.dtype), x.shape[:1])
+        return jnp.broadcast_to(as_param(self.value, x.dtype), x.shape[:1])
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Linear(Mean):
     """A linear (affine) mean, ``m(x) = sum_k w_k x_k + b``.
 
@@ -130,23 +113,19 @@ class Linear(Mean):
     bias: Any = 0.0
 
     def _eval(self, x: jax.Array) -> jax.Array:
-        w = _param(self.weights, x.dtype)
+        w = as_param(self.weights, x.dtype)
         d = x.shape[1]
-        if w.ndim > 1 or (w.ndim == 1 and w.shape[0] not in (1, d)):
-            raise ValueError(
-                f"Linear mean: weights must be a scalar or have shape ({d},), one per input "
-                f"column; got shape {w.shape}"
-            )
+        check_scalar_or_vector(w.shape, d, "Linear mean: weights", "per input column")
         w = jnp.broadcast_to(w, (d,))
         # column by column, in a fixed order: the value of a row does not depend on the
         # other rows (a subset of rows gives exactly the same numbers)
         out = x[:, 0] * w[0]
         for k in range(1, d):
             out = out + x[:, k] * w[k]
-        return out + _param(self.bias, x.dtype)
+        return out + as_param(self.bias, x.dtype)
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Function(Mean):
     """Any callable as a mean, with optional learnable parameters.
 
@@ -193,14 +172,6 @@ class Function(Mean):
         return jnp.broadcast_to(out, (n,))
 
 
-def _is_scalar(value: Any) -> bool:
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, numbers.Real):
-        return True
-    return isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.ndim(value) == 0
-
-
 def as_mean(obj: Any) -> Mean:
     """Turns a shorthand into a mean function.
 
@@ -226,7 +197,7 @@ def as_mean(obj: Any) -> Mean:
         return Zero()
     if isinstance(obj, Mean):
         return obj
-    if _is_scalar(obj):
+    if is_scalar(obj):
         return Constant(obj)
     if isinstance(obj, (np.ndarray, jax.Array)):
         raise TypeError(

@@ -70,7 +70,7 @@ from numpyro.distributions.batch_util import vmap_over
 from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import lazy_property, validate_sample
 
-from gpchol._base.validate import as_inputs, check_jitter, is_concrete
+from gpchol._base.validate import as_inputs, check_jitter, check_scalar_or_vector, is_concrete
 from gpchol._gp import GaussianProcess, Posterior
 from gpchol._linalg.backends import Backend, array_platform, prepare
 from gpchol._linalg.blocks import mT, symmetrize
@@ -500,10 +500,7 @@ class MultivariateNormal(Distribution):
 
 def _diag_term(noise: ArrayLike, jitter: float | None, n: int, dtype: DTypeLike) -> jax.Array:
     noise = jnp.asarray(noise)
-    if noise.ndim > 1 or (noise.ndim == 1 and noise.shape[0] not in (1, n)):
-        raise ValueError(
-            f"noise must be a scalar variance or have shape ({n},); got shape {tuple(noise.shape)}."
-        )
+    check_scalar_or_vector(noise.shape, n, "noise", "variance per point")
     d = jnp.broadcast_to(noise.astype(dtype), (n,))
     return d + (jitter or 0.0)
 

@@ -66,7 +66,6 @@ Example:
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -82,6 +81,7 @@ from sklearn.utils.validation import validate_data
 
 from gpchol import GaussianProcess, Posterior, kernels
 from gpchol._base.buckets import bucket_size, pad_rows
+from gpchol._base.validate import check_int
 from gpchol._sklearn_kernels import is_sklearn_kernel, translate
 from gpchol._sklearn_models import (
     GpcholSpace,
@@ -287,12 +287,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
     def _counts(self) -> None:
         for name in ("n_restarts_optimizer", "max_steps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
-                raise ValueError(f"{name} must be an integer >= 0; got {v!r}")
-        t = self.n_targets
-        if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 1):
-            raise ValueError(f"n_targets must be None or an integer >= 1; got {t!r}")
+            check_int(getattr(self, name), name, minimum=0, strict=False)
+        if self.n_targets is not None:
+            check_int(self.n_targets, "n_targets", "or None", strict=False)
 
     # ------------------------------------------------------------------------- fit
     def fit(self, X: Any, y: Any) -> GaussianProcessRegressor:

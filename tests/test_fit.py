@@ -271,6 +271,12 @@ def test_progress_line_on_stderr(
         (dict(steps=-1), "steps"),
         (dict(restarts=-2), "restarts"),
         (dict(checkpoint_every=0), "checkpoint_every"),
+        # bools and NaN are refused like any other bad value (fit_batched agrees: one validator)
+        (dict(checkpoint_every=True), "checkpoint_every must be a positive int, not a bool"),
+        (dict(steps=False), "steps must be an int >= 0"),
+        (dict(tol=True), "tol must be a number >= 0"),
+        (dict(tol=-1.0), "tol must be a number >= 0"),
+        (dict(tol=float("nan")), "tol must be a number >= 0"),
     ],
 )
 def test_bad_arguments(kwargs: dict[str, Any], match: str) -> None:

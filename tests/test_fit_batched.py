@@ -264,6 +264,12 @@ def _bad_cases():
         ({"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "steps": -1}, "steps"),
         ({"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "vectorize": 0}, "vectorize"),
         ({"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "patience": 0}, "patience"),
+        (
+            {"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "checkpoint_every": True},
+            "checkpoint_every must be a positive int, not a bool",
+        ),
+        ({"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "tol": True}, "tol must be a number"),
+        ({"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "tol": float("nan")}, "tol must be"),
         ({"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "params_batched": True}, "leading axis"),
     ]
 

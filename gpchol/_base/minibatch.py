@@ -1,5 +1,5 @@
 """Shuffled minibatches over arrays that share their first dimension (no data framework
-needed), and the check of a positive count.
+needed).
 
 Example:
     >>> import jax, numpy as np
@@ -11,42 +11,15 @@ Example:
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator
 from typing import Any
 
 import jax
 import numpy as np
 
+from gpchol._base.validate import check_int as positive_int
+
 __all__ = ["minibatches", "positive_int"]
-
-
-def positive_int(value: object, name: str, what: str) -> int:
-    """``value`` as a positive ``int`` (not a bool, not a float), or a clear error.
-
-    Args:
-        value: the value given.
-        name: the argument's name, for the message.
-        what: what it counts, for the message.
-
-    Returns:
-        ``int(value)``, at least 1.
-
-    Raises:
-        TypeError: ``value`` is a bool, a float or not an integer.
-        ValueError: ``value`` is below 1.
-    """
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} ({what}) must be a positive int, not a bool; got {value!r}.")
-    try:
-        k = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(
-            f"{name} ({what}) must be a positive int; got {value!r} of type {type(value).__name__}."
-        ) from None
-    if k < 1:
-        raise ValueError(f"{name} ({what}) must be >= 1; got {k}.")
-    return int(k)
 
 
 def minibatches(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import jax
@@ -55,13 +56,116 @@ def check_square(a: jax.Array, name: str = "a") -> None:
 
 def check_tile_size(tile_size: object, name: str = "tile_size") -> int | None:
     """Validate an optional tile size; returns it as ``int`` or ``None``."""
-    if tile_size is None:
-        return None
-    if isinstance(tile_size, bool) or not isinstance(tile_size, (int, np.integer)):
-        raise TypeError(f"{name} must be a positive int or None; got {tile_size!r}.")
-    if tile_size < 1:
-        raise ValueError(f"{name} must be >= 1; got {tile_size}.")
-    return int(tile_size)
+    return None if tile_size is None else check_int(tile_size, name)
+
+
+def check_int(
+    value: object, name: str, what: str | None = None, *, minimum: int = 1, strict: bool = True
+) -> int:
+    """``value`` as an ``int`` of at least ``minimum`` (not a bool, not a float), or raise.
+
+    Args:
+        value: what the user passed.
+        name: the argument's name, for the message.
+        what: what it counts, for the message (optional).
+        minimum: the smallest value allowed (1 for a size, 0 for a number of steps).
+        strict: raise ``TypeError`` for a value that is not an integer (or is a bool);
+            ``False`` raises ``ValueError`` for every bad value.
+
+    Returns:
+        ``int(value)``.
+
+    Raises:
+        TypeError: ``value`` is a bool, a float or not an integer (``strict`` only).
+        ValueError: ``value`` is below ``minimum`` (or of a wrong type, not ``strict``).
+
+    Example:
+        >>> check_int(3, "steps", minimum=0)
+        3
+    """
+    label = f"{name} ({what})" if what else name
+    kind = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+    error = TypeError if strict else ValueError
+    if isinstance(value, (bool, np.bool_)):
+        raise error(f"{label} must be {kind}, not a bool; got {value!r}.")
+    try:
+        k = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise error(
+            f"{label} must be {kind}; got {value!r} of type {type(value).__name__}."
+        ) from None
+    if k < minimum:
+        raise ValueError(f"{label} must be >= {minimum}; got {k}.")
+    return int(k)
+
+
+def check_scalar_or_vector(shape: tuple[int, ...], n: int, name: str, per: str) -> None:
+    """Raise ``ValueError`` unless ``shape`` is ``()``, ``(1,)`` or ``(n,)`` (one ``per``).
+
+    Example:
+        >>> check_scalar_or_vector((3,), 3, "noise", "variance per point")
+    """
+    if len(shape) > 1 or (len(shape) == 1 and shape[0] not in (1, n)):
+        raise ValueError(
+            f"{name} must be a scalar or have shape ({n},), one {per}; got shape {tuple(shape)}."
+        )
+
+
+def check_finite_rows(x: ArrayLike, name: str, advice: str) -> None:
+    """Raise ``ValueError`` naming the rows of a concrete ``(n, d)`` ``x`` with NaN or inf.
+
+    ``advice`` ends the message (what to do); traced values are not checked.
+
+    Example:
+        >>> check_finite_rows(np.ones((2, 1)), "X", "drop or impute those rows first")
+    """
+    if not is_concrete(x):
+        return
+    bad = np.flatnonzero(~np.all(np.isfinite(np.asarray(x)), axis=1))
+    if bad.size:
+        more = f" and {bad.size - 5} more" if bad.size > 5 else ""
+        raise ValueError(f"{name} has NaN or inf in row(s) {bad[:5].tolist()}{more}; {advice}.")
+
+
+def check_tolerance(value: object, name: str = "tol") -> float:
+    """``value`` as a ``float`` >= 0 (a real number, not a bool, not NaN), or raise ``ValueError``.
+
+    Example:
+        >>> check_tolerance(1e-9)
+        1e-09
+    """
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not value >= 0
+    ):
+        raise ValueError(f"{name} must be a number >= 0; got {value!r}.")
+    return float(value)
+
+
+def check_fit_settings(
+    *,
+    steps: object,
+    tol: object,
+    checkpoint_every: object,
+    restarts: object = 0,
+    patience: object = 1,
+) -> None:
+    """The settings a fit loop shares (``gpchol.fit``, ``gpchol.fit_batched``), or raise.
+
+    Raises:
+        ValueError: ``steps`` or ``restarts`` is not an int >= 0, ``patience`` or
+            ``checkpoint_every`` not an int >= 1, or ``tol`` not a number >= 0 (bools
+            are refused everywhere).
+    """
+    for name, value, minimum in (
+        ("steps", steps, 0),
+        ("restarts", restarts, 0),
+        ("patience", patience, 1),
+        ("checkpoint_every", checkpoint_every, 1),
+    ):
+        check_int(value, name, minimum=minimum, strict=False)
+    check_tolerance(tol)
 
 
 def is_concrete(*xs: object) -> bool:

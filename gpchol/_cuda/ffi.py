@@ -43,6 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
+from gpchol._base.validate import check_int
+
 __all__ = [
     "ENV_VAR",
     "TARGETS",
@@ -349,13 +351,7 @@ def _as_batch_of_squares(x: ArrayLike, fn: str, name: str) -> jax.Array:
 
 def _check_tile_size(tile_size: object, fn: str) -> int:
     """0 for ``None`` (the kernels' default), else a positive int."""
-    if tile_size is None:
-        return 0
-    if isinstance(tile_size, bool) or not isinstance(tile_size, (int, np.integer)):
-        raise TypeError(f"{fn}: tile_size must be None or a positive int; got {tile_size!r}")
-    if tile_size < 1:
-        raise ValueError(f"{fn}: tile_size must be a positive int; got {tile_size}")
-    return int(tile_size)
+    return 0 if tile_size is None else check_int(tile_size, f"{fn}: tile_size")
 
 
 def _pick_method(method: str, n: int, dtype: np.dtype, fn: str) -> str:

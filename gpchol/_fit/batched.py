@@ -59,6 +59,7 @@ import numpy as np
 import optax
 
 from gpchol._base.transforms import to_constrained, to_unconstrained
+from gpchol._base.validate import check_fit_settings
 from gpchol._fit.checkpoint import (
     CheckpointLock,
     checkpoint_exists,
@@ -443,17 +444,6 @@ def _initial_carry(
     return canonical(jax.jit(make)(u))
 
 
-def _check_settings(steps: int, tol: float, patience: int, every: int) -> None:
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise ValueError(f"steps must be an int >= 0; got {steps!r}.")
-    if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and tol >= 0):
-        raise ValueError(f"tol must be a number >= 0; got {tol!r}.")
-    if isinstance(patience, bool) or not isinstance(patience, (int, np.integer)) or patience < 1:
-        raise ValueError(f"patience must be an int >= 1; got {patience!r}.")
-    if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
-        raise ValueError(f"checkpoint_every must be an int >= 1; got {every!r}.")
-
-
 def fit_batched(
     build: Callable[[Any, jax.Array], Any],
     params: Any,
@@ -517,7 +507,7 @@ def fit_batched(
             have stopped. ``1`` (the default) runs each problem's loop on its own, with
             unbatched LAPACK calls: on a CPU with few cores, two of JAX's batched LAPACK
             kernels that split their batch over the thread pool at once can deadlock it
-            (seen with jaxlib 0.10.2 on 2 cores, for gpchol and tinygp alike); raise it
+            (seen on 2 cores: ``benchmarks/results/design-measurements.md``); raise it
             on a GPU, or on a CPU with many cores.
 
     Returns:
@@ -546,7 +536,7 @@ def fit_batched(
         >>> res.n_steps.shape, res.failed.tolist()
         ((2,), [False, False])
     """
-    _check_settings(steps, tol, patience, checkpoint_every)
+    check_fit_settings(steps=steps, tol=tol, patience=patience, checkpoint_every=checkpoint_every)
     if isinstance(vectorize, bool) or not isinstance(vectorize, (int, np.integer)) or vectorize < 1:
         raise ValueError(f"vectorize must be an int >= 1; got {vectorize!r}.")
     data = _batch(X, y, mask)

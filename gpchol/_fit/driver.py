@@ -53,6 +53,7 @@ import numpy as np
 import optax
 
 from gpchol._base.transforms import to_constrained, to_unconstrained
+from gpchol._base.validate import check_fit_settings
 from gpchol._fit.checkpoint import (
     CheckpointLock,
     checkpoint_exists,
@@ -279,7 +280,7 @@ def fit(
         >>> res.log_marginal_likelihood > float(build(p0).log_marginal_likelihood(y))
         True
     """
-    _check_counts(steps=steps, restarts=restarts, checkpoint_every=checkpoint_every, tol=tol)
+    check_fit_settings(steps=steps, restarts=restarts, checkpoint_every=checkpoint_every, tol=tol)
     bucket = check_bucket(bucket)
     opt_name, opt = make_optimizer(optimizer, learning_rate)
     if transforms is None:
@@ -348,18 +349,6 @@ def fit(
 
 
 # ------------------------------------------------------------------- the driver's parts
-
-
-def _check_counts(*, steps: int, restarts: int, checkpoint_every: int, tol: float) -> None:
-    """Raises ``ValueError`` on a bad count or tolerance."""
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise ValueError(f"steps must be an int >= 0; got {steps!r}.")
-    if isinstance(restarts, bool) or not isinstance(restarts, (int, np.integer)) or restarts < 0:
-        raise ValueError(f"restarts must be an int >= 0; got {restarts!r}.")
-    if not isinstance(checkpoint_every, (int, np.integer)) or checkpoint_every < 1:
-        raise ValueError(f"checkpoint_every must be an int >= 1; got {checkpoint_every!r}.")
-    if not (isinstance(tol, (int, float)) and tol >= 0):
-        raise ValueError(f"tol must be a number >= 0; got {tol!r}.")
 
 
 def _start_point(plan: FitPlan, key: np.ndarray, r: int) -> Any:

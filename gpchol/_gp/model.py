@@ -53,7 +53,9 @@ from jax.typing import ArrayLike, DTypeLike
 from gpchol._base.errors import NotPositiveDefiniteError
 from gpchol._base.validate import (
     as_inputs,
+    check_finite_rows,
     check_jitter,
+    check_scalar_or_vector,
     check_tile_size,
     input_mesh,
     is_concrete,
@@ -98,14 +100,7 @@ def _concrete_check(X: ArrayLike, noise: ArrayLike) -> None:
     """Checks that only make sense on concrete values (skipped inside ``jit``)."""
     if not is_concrete(X, noise):
         return
-    x = np.asarray(X)
-    if not np.all(np.isfinite(x)):
-        rows = np.flatnonzero(~np.all(np.isfinite(x), axis=1))
-        raise ValueError(
-            f"X has NaN or inf in row(s) {rows[:5].tolist()}"
-            + (f" and {rows.size - 5} more" if rows.size > 5 else "")
-            + "; drop or impute those rows first."
-        )
+    check_finite_rows(X, "X", "drop or impute those rows first")
     nz = np.asarray(noise)
     if not np.all(np.isfinite(nz)) or np.any(nz < 0):
         raise ValueError(
@@ -175,11 +170,8 @@ def _whole_contraction(n: int, live: int) -> bool:
 
 def _contraction_tile(n: int) -> int:
     """Tile side of the blocked contraction for ``n > _WHOLE_MAX_N``: ``n`` split evenly
-    into tiles of at most 128 (``n <= 2048``) or 256 rows, so that no tile is padded.
-
-    Measured on the 2-core CPU (float64, value and gradient of the GP likelihood, CO2
-    kernel of five terms): n = 521: 24 ms with tiles of 131 (33 ms with 256; 35 ms with
-    rows of 174 against all columns); n = 4000: 1.67 s with 250, 1.74 s with 125.
+    into tiles of at most 128 (``n <= 2048``) or 256 rows, so that no tile is padded
+    (the fastest of the sizes tried: ``benchmarks/results/design-measurements.md``).
     """
     cap = 128 if n <= 2048 else 256
     count = -(-n // cap)
@@ -391,11 +383,7 @@ class GaussianProcess:
         if not jnp.issubdtype(noise.dtype, jnp.floating):
             noise = noise.astype(X.dtype)
         n = X.shape[0]
-        if noise.ndim > 1 or (noise.ndim == 1 and noise.shape[0] not in (1, n)):
-            raise ValueError(
-                f"noise must be a scalar variance or have shape ({n},), one variance per "
-                f"training point; got shape {tuple(noise.shape)}."
-            )
+        check_scalar_or_vector(noise.shape, n, "noise", "variance per training point")
         _concrete_check(X, noise)
         self.kernel = kernel
         self.X = X

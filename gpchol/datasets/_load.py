@@ -13,6 +13,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from gpchol._base.validate import check_int
+
 __all__ = ["DATASETS", "Dataset", "load"]
 
 DATASETS: tuple[str, ...] = ("co2", "diamonds")
@@ -176,8 +178,7 @@ def _load_diamonds(*, n: int | None = None, seed: int = 0) -> Dataset:
     if n is None:
         index = np.arange(total)
     else:
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"n must be a positive integer (or None for all rows); got {n!r}")
+        n = check_int(n, "n", "rows to load, or None for all", strict=False)
         if n > total:
             raise ValueError(f"n={n} is more than the {total} rows of the diamonds data")
         rng = np.random.default_rng(seed)

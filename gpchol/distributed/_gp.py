@@ -22,6 +22,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
+from gpchol._base.validate import check_int, check_scalar_or_vector
 from gpchol._linalg.gaussian import LOG_2PI
 from gpchol.distributed import _api, _local
 
@@ -258,11 +259,7 @@ def _mean_values(mean: Any, X: jax.Array) -> jax.Array:
 def noise_vector(noise: ArrayLike, n: int, dtype: Any, name: str = "noise") -> jax.Array:
     """``noise`` (a scalar or ``(n,)`` variance) as ``(n,)``; differentiable (a broadcast)."""
     v = jnp.asarray(noise, dtype)
-    if v.ndim > 1 or (v.ndim == 1 and v.shape[0] not in (1, n)):
-        raise ValueError(
-            f"{name} (the observation-noise variance) must be a scalar or have shape ({n},), "
-            f"one variance per point; got shape {tuple(v.shape)}."
-        )
+    check_scalar_or_vector(v.shape, n, f"{name} (the observation-noise variance)", "per point")
     return jnp.broadcast_to(v, (n,))
 
 
@@ -297,12 +294,10 @@ def prepare(
     Pc = mesh.shape[c] if c else 1
     Lc = math.lcm(Pr, Pc)
     if T_A is None:
-        # 16 tiles (at least 4 lcm(Pr, Pc)): the value-and-gradient program is about
-        # three times the factorization's, and 32 tiles at n = 4096 doubled its compile
-        # time (36 s against 14 s on 2 cores) for no gain in run time
+        # 16 tiles (at least 4 lcm(Pr, Pc)): more tiles compile slower for no gain in
+        # run time (benchmarks/results/design-measurements.md)
         T_A = _api.default_tile(n, Pr, Pc, tiles=16)
-    if isinstance(T_A, bool) or not isinstance(T_A, int) or T_A < 1:
-        raise ValueError(f"T_A (tile size) must be an int >= 1; got {T_A!r}.")
+    T_A = check_int(T_A, "T_A", "tile size", strict=False)
     tiles = -(-n // T_A)
     nt = -(-tiles // Lc) * Lc
     grid = _local.Grid(Pr, Pc, nt, T_A, r, c)

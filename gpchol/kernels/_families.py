@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from gpchol._base.validate import check_scalar_or_vector
 from gpchol.kernels._library import (
     Kernel,
     as_param,
@@ -239,11 +240,8 @@ class ChangePoints(Kernel):
         locs = as_param(self.locations, x.dtype)
         widths = as_param(self.widths, x.dtype)
         for name, p in (("locations", locs), ("widths", widths)):
-            if p.ndim > 1 or (p.ndim == 1 and p.shape[0] not in (1, m)):
-                raise ValueError(
-                    f"ChangePoints: {name} must be a scalar or have shape ({m},), one per "
-                    f"change point (len(kernels) - 1); got shape {p.shape}"
-                )
+            per = "per change point (len(kernels) - 1)"
+            check_scalar_or_vector(p.shape, m, f"ChangePoints: {name}", per)
         locs = jnp.broadcast_to(locs, (m,))
         widths = jnp.broadcast_to(widths, (m,))
         order = jnp.argsort(locs)

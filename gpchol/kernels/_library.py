@@ -57,8 +57,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gpchol._base.pytrees import as_param, is_scalar, pytree_dataclass, static_field
 from gpchol._base.transforms import Positive, Transform
-from gpchol._base.validate import as_inputs
+from gpchol._base.validate import as_inputs, check_int, check_scalar_or_vector
 
 __all__ = [
     "RBF",
@@ -84,22 +85,6 @@ _T = TypeVar("_T")
 _POSITIVE = Positive()
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _static(default: Any = None) -> Any:
-    """A dataclass field stored as static pytree metadata (not a leaf)."""
-    return dataclasses.field(default=default, metadata={"static": True})
-
-
-@dataclass_transform(eq_default=False, frozen_default=True, field_specifiers=(dataclasses.field,))
-def _pytree_dataclass(cls: type[_T]) -> type[_T]:
-    """Makes ``cls`` a frozen dataclass registered as a pytree (fields marked static by
-    :func:`_static` are auxiliary data, the others are children)."""
-    dc: Any = dataclasses.dataclass(frozen=True, eq=False)(cls)
-    fields = dataclasses.fields(dc)
-    meta = [f.name for f in fields if f.metadata.get("static", False)]
-    data = [f.name for f in fields if not f.metadata.get("static", False)]
-    return jax.tree_util.register_dataclass(dc, data_fields=data, meta_fields=meta)
 
 
 def normalize_active_dims(active_dims: Any) -> tuple[int, ...] | None:
@@ -147,20 +132,11 @@ def select_columns(x: jax.Array, active_dims: tuple[int, ...] | None) -> jax.Arr
     return x[:, np.asarray(active_dims)]
 
 
-def as_param(value: Any, dtype: Any) -> jax.Array:
-    """A parameter as an array of the computation's dtype."""
-    return jnp.asarray(value).astype(dtype)
-
-
 def per_dim(value: Any, x: jax.Array, name: str) -> jax.Array:
     """A parameter that is a scalar or one value per (active) input dimension."""
     p = as_param(value, x.dtype)
     d = x.shape[1]
-    if p.ndim > 1 or (p.ndim == 1 and p.shape[0] not in (1, d)):
-        raise ValueError(
-            f"{name} must be a scalar or have shape ({d},), one value per input dimension "
-            f"(after active_dims); got shape {p.shape}"
-        )
+    check_scalar_or_vector(p.shape, d, name, "value per input dimension (after active_dims)")
     return p
 
 
@@ -199,9 +175,8 @@ def _dimsum_impl(fn: Any, a: jax.Array, b: jax.Array, *per_dim: jax.Array) -> ja
 
 # Rematerialised under differentiation: the reverse pass recomputes the per-column terms
 # inside its (fused) reductions instead of keeping d arrays of shape (n1, n2) alive from
-# the forward pass. Measured at n = 4000, d = 3, float64, on 2 CPU cores: the gradient of
-# sum(G * k(X, X)) for an ARD ExpSquared takes 0.25 s instead of 0.65 s, with 2 instead of
-# 8 temporary (n, n) buffers. Forward values are unchanged.
+# the forward pass (faster, fewer (n, n) buffers: benchmarks/results/design-measurements.md).
+# Forward values are unchanged.
 dimsum = jax.checkpoint(_dimsum_impl, static_argnums=(0,))
 
 
@@ -318,14 +293,6 @@ def _safe_sqrt(r2: jax.Array) -> jax.Array:
     """
     positive = r2 > 0
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, r2, 1.0)), 0.0)
-
-
-def _is_scalar(value: Any) -> bool:
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, numbers.Number):
-        return True
-    return isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.ndim(value) == 0
 
 
 def _reject_array(value: Any) -> None:
@@ -510,10 +477,10 @@ class Kernel:
     def __init_subclass__(cls, *, auto_dataclass: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if not auto_dataclass:
-            return  # made a pytree dataclass by hand (this module's kernels: @_pytree_dataclass)
+            return  # made a pytree dataclass by hand (this module's kernels: @pytree_dataclass)
         own = inspect.get_annotations(cls)
         try:
-            _pytree_dataclass(cls)
+            pytree_dataclass(cls)
         except ValueError as err:
             raise TypeError(
                 f"kernel class {cls.__name__}: {err}. Declare an array default with "
@@ -676,27 +643,27 @@ class Kernel:
             return Sum(self, other)
         if isinstance(other, int) and not isinstance(other, bool) and other == 0:
             return self
-        if _is_scalar(other):
+        if is_scalar(other):
             return Sum(self, Constant(other))
         return NotImplemented
 
     def __radd__(self, other: Any) -> Kernel:
         if isinstance(other, int) and not isinstance(other, bool) and other == 0:
             return self  # so that sum([k1, k2, ...]) works
-        if _is_scalar(other):
+        if is_scalar(other):
             return Sum(Constant(other), self)
         return NotImplemented
 
     def __mul__(self, other: Any) -> Kernel:
         if isinstance(other, Kernel):
             return Product(self, other)
-        if _is_scalar(other):
+        if is_scalar(other):
             return Scale(other, self)
         _reject_array(other)
         return NotImplemented
 
     def __rmul__(self, other: Any) -> Kernel:
-        if _is_scalar(other):
+        if is_scalar(other):
             return Scale(other, self)
         _reject_array(other)
         return NotImplemented
@@ -740,10 +707,10 @@ class _LengthscaleKernel(_Stationary, auto_dataclass=False):
     """The fields of a stationary kernel whose only parameter is its lengthscale."""
 
     lengthscale: Any = 1.0
-    active_dims: tuple[int, ...] | None = _static()
+    active_dims: tuple[int, ...] | None = static_field()
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class ExpSquared(_LengthscaleKernel, auto_dataclass=False):
     r"""Squared-exponential (RBF, Gaussian) kernel.
 
@@ -773,7 +740,7 @@ class ExpSquared(_LengthscaleKernel, auto_dataclass=False):
         return jnp.exp(-0.5 * _scaled_sqdist(self, x1, x2))
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Matern12(_LengthscaleKernel, auto_dataclass=False):
     r"""Matérn kernel with smoothness 1/2 (exponential, Ornstein-Uhlenbeck kernel).
 
@@ -802,7 +769,7 @@ class Matern12(_LengthscaleKernel, auto_dataclass=False):
         return jnp.exp(-r)
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Matern32(_LengthscaleKernel, auto_dataclass=False):
     r"""Matérn kernel with smoothness 3/2.
 
@@ -832,7 +799,7 @@ class Matern32(_LengthscaleKernel, auto_dataclass=False):
         return (1.0 + s) * jnp.exp(-s)
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Matern52(_LengthscaleKernel, auto_dataclass=False):
     r"""Matérn kernel with smoothness 5/2.
 
@@ -863,7 +830,7 @@ class Matern52(_LengthscaleKernel, auto_dataclass=False):
         return (1.0 + s + (5.0 / 3.0) * r2) * jnp.exp(-s)
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class RationalQuadratic(_Stationary, auto_dataclass=False):
     r"""Rational-quadratic kernel: a scale mixture of squared exponentials.
 
@@ -891,7 +858,7 @@ class RationalQuadratic(_Stationary, auto_dataclass=False):
 
     lengthscale: Any = 1.0
     alpha: Any = 1.0
-    active_dims: tuple[int, ...] | None = _static()
+    active_dims: tuple[int, ...] | None = static_field()
 
     _positive: ClassVar[tuple[str, ...]] = ("lengthscale", "alpha")
 
@@ -901,7 +868,7 @@ class RationalQuadratic(_Stationary, auto_dataclass=False):
         return jnp.exp(-alpha * jnp.log1p(r2 / (2.0 * alpha)))
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Periodic(_Stationary, auto_dataclass=False):
     r"""Periodic (exp-sine-squared) kernel of MacKay.
 
@@ -930,7 +897,7 @@ class Periodic(_Stationary, auto_dataclass=False):
 
     lengthscale: Any = 1.0
     period: Any = 1.0
-    active_dims: tuple[int, ...] | None = _static()
+    active_dims: tuple[int, ...] | None = static_field()
 
     _positive: ClassVar[tuple[str, ...]] = ("lengthscale", "period")
 
@@ -948,7 +915,7 @@ ExpSineSquared = Periodic
 # -------------------------------------------------------------------- dot products
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Linear(_ActiveDimsKernel, auto_dataclass=False):
     r"""Linear (dot-product) kernel: Bayesian linear regression through ``offset``.
 
@@ -977,7 +944,7 @@ class Linear(_ActiveDimsKernel, auto_dataclass=False):
 
     variance: Any = 1.0
     offset: Any = 0.0
-    active_dims: tuple[int, ...] | None = _static()
+    active_dims: tuple[int, ...] | None = static_field()
 
     _positive: ClassVar[tuple[str, ...]] = ("variance",)
 
@@ -994,7 +961,7 @@ class Linear(_ActiveDimsKernel, auto_dataclass=False):
         return as_param(self.variance, dot.dtype) * dot
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Polynomial(_ActiveDimsKernel, auto_dataclass=False):
     r"""Polynomial kernel of integer degree.
 
@@ -1021,18 +988,16 @@ class Polynomial(_ActiveDimsKernel, auto_dataclass=False):
          [ 9. 25.]]
     """
 
-    degree: int = _static(2)
+    degree: int = static_field(2)
     variance: Any = 1.0
     offset: Any = 1.0
-    active_dims: tuple[int, ...] | None = _static()
+    active_dims: tuple[int, ...] | None = static_field()
 
     _positive: ClassVar[tuple[str, ...]] = ("variance", "offset")
 
     def __post_init__(self) -> None:
-        degree = self.degree
-        if isinstance(degree, bool) or not isinstance(degree, numbers.Integral) or degree < 1:
-            raise ValueError(f"Polynomial degree must be a positive integer; got {degree!r}")
-        object.__setattr__(self, "degree", int(degree))
+        degree = check_int(self.degree, "Polynomial degree", strict=False)
+        object.__setattr__(self, "degree", degree)
         super().__post_init__()
 
     def _of_dot(self, dot: jax.Array) -> jax.Array:
@@ -1051,7 +1016,7 @@ class Polynomial(_ActiveDimsKernel, auto_dataclass=False):
 # --------------------------------------------------------------------- simple ones
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Constant(Kernel, auto_dataclass=False):
     r"""Constant kernel: ``k(x, x') = c`` for all inputs (a random constant offset).
 
@@ -1080,7 +1045,7 @@ class Constant(Kernel, auto_dataclass=False):
         return jnp.broadcast_to(as_param(self.value, x.dtype), x.shape[:1])
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class White(_ActiveDimsKernel, auto_dataclass=False):
     r"""White-noise kernel: ``k(x, x') = sigma^2`` if ``x == x'`` else 0.
 
@@ -1122,7 +1087,7 @@ class White(_ActiveDimsKernel, auto_dataclass=False):
     """
 
     variance: Any = 1.0
-    active_dims: tuple[int, ...] | None = _static()
+    active_dims: tuple[int, ...] | None = static_field()
 
     _positive: ClassVar[tuple[str, ...]] = ("variance",)
 
@@ -1140,7 +1105,7 @@ class White(_ActiveDimsKernel, auto_dataclass=False):
 # -------------------------------------------------------------------- combinations
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Sum(Kernel, auto_dataclass=False):
     r"""Sum of two kernels: ``k(x, x') = k1(x, x') + k2(x, x')`` (what ``k1 + k2`` builds).
 
@@ -1167,7 +1132,7 @@ class Sum(Kernel, auto_dataclass=False):
         return self.kernel1._diag(x) + self.kernel2._diag(x)
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Product(Kernel, auto_dataclass=False):
     r"""Elementwise product of two kernels: ``k(x, x') = k1(x, x') k2(x, x')`` (``k1 * k2``).
 
@@ -1194,7 +1159,7 @@ class Product(Kernel, auto_dataclass=False):
         return self.kernel1._diag(x) * self.kernel2._diag(x)
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Scale(Kernel, auto_dataclass=False):
     r"""A kernel scaled by a learnable amplitude: ``k(x, x') = a k0(x, x')``.
 
@@ -1229,7 +1194,7 @@ class Scale(Kernel, auto_dataclass=False):
         return as_param(self.amplitude, k.dtype) * k
 
 
-@_pytree_dataclass
+@pytree_dataclass
 class Power(Kernel, auto_dataclass=False):
     r"""A kernel raised to a fixed power, entry by entry: ``k(x, x') = k0(x, x')^p``
     (what ``k0 ** p`` builds).
@@ -1261,7 +1226,7 @@ class Power(Kernel, auto_dataclass=False):
     """
 
     kernel: Kernel
-    exponent: Any = _static(1)
+    exponent: Any = static_field(1)
 
     def __post_init__(self) -> None:
         p = self.exponent
