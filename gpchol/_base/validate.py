@@ -64,20 +64,9 @@ def check_int(
 ) -> int:
     """``value`` as an ``int`` of at least ``minimum`` (not a bool, not a float), or raise.
 
-    Args:
-        value: what the user passed.
-        name: the argument's name, for the message.
-        what: what it counts, for the message (optional).
-        minimum: the smallest value allowed (1 for a size, 0 for a number of steps).
-        strict: raise ``TypeError`` for a value that is not an integer (or is a bool);
-            ``False`` raises ``ValueError`` for every bad value.
-
-    Returns:
-        ``int(value)``.
-
-    Raises:
-        TypeError: ``value`` is a bool, a float or not an integer (``strict`` only).
-        ValueError: ``value`` is below ``minimum`` (or of a wrong type, not ``strict``).
+    ``name`` (and ``what`` it counts, optional) make the message. A wrong type raises
+    ``TypeError``, or ``ValueError`` with ``strict=False`` (for functions that always
+    raised ``ValueError``); a value below ``minimum`` raises ``ValueError``.
 
     Example:
         >>> check_int(3, "steps", minimum=0)
