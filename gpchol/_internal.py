@@ -22,7 +22,9 @@ that the package's private modules can be rearranged without touching them.
   :func:`gpchol.fit_batched`, :class:`gpchol.Posterior` and :func:`gpchol.save` (status
   codes, block-size rule, jit caches, the file format's version);
 * ``checkpoint_module``: the checkpoint files of :func:`gpchol.fit` (written and read
-  back directly, to pin their format).
+  back directly, to pin their format);
+* ``posterior_core_module``: the posterior core's compiled programs (their lowered text,
+  to count what one block holds).
 """
 
 from gpchol import _persist as persist_module
@@ -36,6 +38,7 @@ from gpchol._fit import lbfgs as lbfgs_module
 from gpchol._fit import programs as fit_programs_module
 from gpchol._gp import posterior as posterior_module
 from gpchol._linalg import host_lapack
+from gpchol._linalg import posterior_core as posterior_core_module
 from gpchol._linalg.backends import backend
 from gpchol._linalg.blocks import default_tile_size
 from gpchol._linalg.tiled import cho_inverse_tiled
@@ -60,5 +63,6 @@ __all__ = [
     "maybe_sharded_cholesky",
     "persist_module",
     "platform_module",
+    "posterior_core_module",
     "posterior_module",
 ]

@@ -569,7 +569,7 @@ def test_predictive_bad_arguments():
         gp.predictive(y, np.zeros((3, 1, 1)))
     with pytest.raises(ValueError, match=r"Xs.* NaN"):
         gp.predictive(y, np.array([0.5, np.nan]))
-    bad_shape = r"noise \(the test points' .*\) must be a scalar or have shape \(3,\)"
+    bad_shape = r"noise \(at the test points\) must be a scalar or have shape \(3,\)"
     with pytest.raises(ValueError, match=bad_shape):
         gp.predictive(y, Xs, include_noise=True, noise=np.ones(2))
     with pytest.raises(ValueError, match="finite and >= 0"):

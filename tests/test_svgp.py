@@ -680,7 +680,7 @@ def test_one_triangular_solve_per_prediction_block(rng):
     import collections
     import re
 
-    from gpchol._linalg import posterior_core as core
+    from gpchol._internal import posterior_core_module as core
 
     model, _ = _random_model(rng, likelihoods.Bernoulli())
     post = model.condition()
