@@ -132,17 +132,28 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     monkeypatch.setenv("PYTHONUNBUFFERED", "1")
-    nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(
-        nb,
-        timeout=CELL_TIMEOUT_S,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(tmp_path)}},
-        allow_errors=False,
-    )
+
+    def run() -> None:
+        client = nbclient.NotebookClient(
+            nbformat.read(path, as_version=4),
+            timeout=CELL_TIMEOUT_S,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(tmp_path)}},
+            allow_errors=False,
+        )
+        client.execute(env=dict(os.environ), cwd=str(tmp_path))
+
     start = time.perf_counter()
     try:
-        client.execute(env=dict(os.environ), cwd=str(tmp_path))
+        try:
+            run()
+        except nbclient.exceptions.CellTimeoutError as err:
+            # One retry, announced: notebook 03's NUTS run has now and then deadlocked
+            # inside jaxlib's batched triangular solve (every XLA CPU thread waiting, the
+            # kernel idle) until the cell timeout, on 2 cores; the same notebook then
+            # passes in about 25 s. A cell that raises, or a second timeout, fails.
+            print(f"{path.name}: a cell timed out ({err}); running the notebook once more")
+            run()
     except nbclient.exceptions.CellExecutionError as err:
         pytest.fail(f"{path.name}: a cell raised:\n{err}")
     elapsed = time.perf_counter() - start
