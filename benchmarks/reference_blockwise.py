@@ -46,8 +46,21 @@ def build_lower(X: np.ndarray, theta, block: int) -> np.ndarray:
     return K
 
 
-def value_and_grad(X, y, theta=C.THETA, block: int = 1024, grad: bool = False):
-    """``(value, grad or None)``; ``K``'s buffer is factored (and inverted) in place."""
+def cross(Xs: np.ndarray, X: np.ndarray, theta) -> np.ndarray:
+    """``k(Xs, X)`` (m, n), the same summation order as :func:`build_lower`."""
+    a, ell, _ = (float(t) for t in theta)
+    d2 = np.zeros((Xs.shape[0], X.shape[0]))
+    for k in range(X.shape[1]):
+        d2 += (Xs[:, None, k] - X[None, :, k]) ** 2
+    return a * np.exp(-0.5 * d2 / ell**2)
+
+
+def value_and_grad(X, y, theta=C.THETA, block: int = 1024, grad: bool = False, test=None):
+    """``(value, grad or None)``; ``K``'s buffer is factored (and inverted) in place.
+
+    With ``test`` (m, d) test inputs, returns ``(value, grad, (mean (m,), variance (m,)))``:
+    the posterior mean ``k(Xs, X) alpha`` and latent variance ``a - |L^-1 k(X, Xs)|^2``.
+    """
     from scipy.linalg import lapack
 
     a, ell, _ = (float(t) for t in theta)
@@ -64,8 +77,15 @@ def value_and_grad(X, y, theta=C.THETA, block: int = 1024, grad: bool = False):
     if info != 0:
         raise RuntimeError(f"dpotrs failed: info = {info}")
     value = -0.5 * float(y @ alpha) - float(np.sum(np.log(diag))) - 0.5 * n * np.log(2 * np.pi)
+    post = None
+    if test is not None:
+        Ks = cross(test, X, theta)
+        v, info = lapack.dtrtrs(F, Ks.T, lower=0, trans=1)  # U^T v = k(X, Xs), U = L^T
+        if info != 0:
+            raise RuntimeError(f"dtrtrs failed: info = {info}")
+        post = (Ks @ alpha, a - np.sum(v * v, axis=0))
     if not grad:
-        return value, None
+        return (value, None) if test is None else (value, None, post)
     _, info = lapack.dpotri(F, lower=0, overwrite_c=1)
     if info != 0:
         raise RuntimeError(f"dpotri failed: info = {info}")
@@ -84,7 +104,7 @@ def value_and_grad(X, y, theta=C.THETA, block: int = 1024, grad: bool = False):
         g[0] += 0.5 * float(np.sum(WE))
         g[1] += 0.5 * a * float(np.sum(WE * d2)) / ell**3
         g[2] += 0.5 * float(np.sum(np.diagonal(W[:, r0:r1])))
-    return value, g
+    return (value, g) if test is None else (value, g, post)
 
 
 def main(argv=None) -> int:
@@ -92,10 +112,21 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--block", type=int, default=1024)
     p.add_argument("--grad", action="store_true", help="also the gradient (dpotri: 2x longer)")
+    p.add_argument(
+        "--test-points",
+        type=int,
+        default=0,
+        help="also the posterior mean and variance at the first 256 of bench_posterior's "
+        "test points for m = this many",
+    )
     args = p.parse_args(argv)
     X, y = C.problem(args.n)
+    test = None
+    if args.test_points:
+        test = C.problem(args.test_points, seed=1)[0][:256]  # bench_posterior.CHECK_POINTS
     t0 = time.perf_counter()
-    value, g = value_and_grad(X, y, block=args.block, grad=args.grad)
+    out = value_and_grad(X, y, block=args.block, grad=args.grad, test=test)
+    value, g = out[0], out[1]
     rec = {
         "n": args.n,
         "value": value,
@@ -103,6 +134,9 @@ def main(argv=None) -> int:
         "seconds": time.perf_counter() - t0,
         "peak_rss": C.peak_rss(),
     }
+    if test is not None:
+        rec["mean"] = out[2][0].tolist()
+        rec["var"] = out[2][1].tolist()
     print(json.dumps(rec), flush=True)
     return 0
 

@@ -31,3 +31,18 @@ def test_matches_textbook_reference(n, block):
     value_only, none = R.value_and_grad(X, y, block=block)
     assert none is None
     np.testing.assert_allclose(value_only, ref_value, rtol=1e-12, err_msg=msg)
+
+
+def test_posterior_matches_dense_formulas():
+    n = 240
+    X, y = C.problem(n, seed=SEED)
+    Xs = C.problem(50, seed=SEED + 1)[0]
+    _, grad, (mean, var) = R.value_and_grad(X, y, block=64, test=Xs)
+    assert grad is None
+    a, _, s = C.THETA
+    K = R.cross(X, X, C.THETA) + s * np.eye(n)
+    Ks = R.cross(Xs, X, C.THETA)
+    msg = f"seed {SEED} (GPCHOL_TEST_SEED)"
+    np.testing.assert_allclose(mean, Ks @ np.linalg.solve(K, y), rtol=1e-9, atol=1e-12, err_msg=msg)
+    ref_var = a - np.einsum("ij,ji->i", Ks, np.linalg.solve(K, Ks.T))
+    np.testing.assert_allclose(var, ref_var, rtol=1e-8, atol=1e-12, err_msg=msg)
