@@ -17,6 +17,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# slow: a fresh process imports every installed peer and compiles the suite's programs
+# (about 40 s on 2 cores)
+@pytest.mark.slow
 def test_bench_quick_agreement():
     pytest.importorskip("scipy")
     env = dict(os.environ)

@@ -11,9 +11,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# slow: four child processes at n = 20000 (about 3 minutes on 2 cores)
+@pytest.mark.slow
 def test_bench_sparse_quick(tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
