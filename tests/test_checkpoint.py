@@ -547,6 +547,10 @@ def _wait_for(path: pathlib.Path, proc: subprocess.Popen[str], timeout: float) -
         time.sleep(0.005)
 
 
+# slow: a child process runs six 400-step fits, each stopped by a signal at a random time,
+# then each is resumed here (about 40 s on 2 cores); the everyday tier's signal tests above
+# stop fits in-process
+@pytest.mark.slow
 def test_signals_at_random_times_leave_a_resumable_checkpoint(
     tmp_path: pathlib.Path, rng: np.random.Generator
 ) -> None:
