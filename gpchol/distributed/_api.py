@@ -420,9 +420,9 @@ def potrf_shardmap_ctx(
         >>> from jax.sharding import NamedSharding, PartitionSpec as P
         >>> from gpchol import distributed as gd
         >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
-        >>> f = jax.shard_map(lambda b: gd.potrf_shardmap_ctx(b, 2, "r", "c"), mesh=mesh,
-        ...                   in_specs=P("r", "c"), out_specs=(P("r", "c"), P()),
-        ...                   check_vma=False)
+        >>> f = jax.jit(jax.shard_map(lambda b: gd.potrf_shardmap_ctx(b, 2, "r", "c"),
+        ...                   mesh=mesh, in_specs=P("r", "c"), out_specs=(P("r", "c"), P()),
+        ...                   check_vma=False))
         >>> a = jax.device_put(jnp.eye(4) * 4.0, NamedSharding(mesh, P("r", "c")))
         >>> L, s = f(a)
         >>> float(L[1, 1]), int(s)
@@ -561,9 +561,9 @@ def potrs_shardmap_ctx(
         >>> from jax.sharding import NamedSharding, PartitionSpec as P
         >>> from gpchol import distributed as gd
         >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
-        >>> f = jax.shard_map(lambda l, b: gd.potrs_shardmap_ctx(l, b, 2, "r", "c"),
+        >>> f = jax.jit(jax.shard_map(lambda l, b: gd.potrs_shardmap_ctx(l, b, 2, "r", "c"),
         ...                   mesh=mesh, in_specs=(P("r", "c"), P()), out_specs=P(),
-        ...                   check_vma=False)
+        ...                   check_vma=False))
         >>> L = jax.device_put(jnp.eye(4) * 2.0, NamedSharding(mesh, P("r", "c")))
         >>> f(L, jnp.ones(4)).tolist()
         [0.25, 0.25, 0.25, 0.25]
@@ -659,8 +659,8 @@ def logdet_shardmap_ctx(L_block: jax.Array, row_axis: str, col_axis: str) -> jax
         >>> from jax.sharding import NamedSharding, PartitionSpec as P
         >>> from gpchol import distributed as gd
         >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
-        >>> f = jax.shard_map(lambda l: gd.logdet_shardmap_ctx(l, "r", "c"), mesh=mesh,
-        ...                   in_specs=P("r", "c"), out_specs=P(), check_vma=False)
+        >>> f = jax.jit(jax.shard_map(lambda l: gd.logdet_shardmap_ctx(l, "r", "c"),
+        ...                   mesh=mesh, in_specs=P("r", "c"), out_specs=P(), check_vma=False))
         >>> L = jax.device_put(jnp.eye(4) * 2.0, NamedSharding(mesh, P("r", "c")))
         >>> round(float(f(L)), 4)
         5.5452
