@@ -5,6 +5,10 @@
   environment or enables x64).
 * float64 is enabled for the tests; the docstring examples run in JAX's default
   configuration (float32), as a user would run them.
+* Docstring examples of the public API (the objects in the ``__all__`` of ``gpchol`` and
+  of its public submodules, their methods, and those modules' own docstrings) run in every
+  tier; the examples of private helpers are marked ``slow``: each compiles its own XLA
+  programs, and what they show is also checked by a test.
 """
 
 import os
@@ -12,6 +16,10 @@ import os
 _flag = "--xla_force_host_platform_device_count=8"
 if _flag not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+
+import importlib  # noqa: E402
+import pkgutil  # noqa: E402
+import sys  # noqa: E402
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -27,3 +35,43 @@ def _docstring_examples_in_float32(request):
             yield
     else:
         yield
+
+
+def _public_api() -> tuple[set[str], set[int]]:
+    """The public modules' names and the ids of the objects in their ``__all__``."""
+    import gpchol
+
+    names = {"gpchol"}
+    names |= {f"gpchol.{m.name}" for m in pkgutil.iter_modules(gpchol.__path__)}
+    names = {n for n in names if not n.split(".")[-1].startswith("_")}
+    objects = set()
+    for name in names:
+        module = importlib.import_module(name)
+        objects |= {id(getattr(module, a)) for a in getattr(module, "__all__", ())}
+    return names, objects
+
+
+def _documents_public_api(dotted: str, modules: set[str], objects: set[int]) -> bool:
+    """Whether the doctest named ``dotted`` (``module[.object[.member]]``) documents a public
+    module or an object (or a member of one) in a public ``__all__``."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        module = sys.modules.get(".".join(parts[:i]))
+        if module is not None:
+            rest = parts[i:]
+            if not rest:
+                return module.__name__ in modules
+            return id(getattr(module, rest[0], None)) in objects
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Marks the docstring examples of private helpers ``slow`` (before ``-m`` selects)."""
+    doctests = [item for item in items if isinstance(item, pytest.DoctestItem)]
+    if not doctests:
+        return
+    modules, objects = _public_api()
+    for item in doctests:
+        if not _documents_public_api(item.name, modules, objects):
+            item.add_marker(pytest.mark.slow)
