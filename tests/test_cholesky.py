@@ -13,6 +13,9 @@ BACKENDS = ["xla", "tiled"]
 EPS = {np.float32: np.finfo(np.float32).eps, np.float64: np.finfo(np.float64).eps}
 # Elementwise tolerance against a float64 reference, relative to max |L|.
 VALUE_TOL = {np.float32: 2e-5, np.float64: 1e-12}
+# n = 1000 is slow (eager dispatch of a large factor); n = 300 crosses the same tile
+# boundaries, with and without a remainder, in the everyday tier
+LARGE = pytest.mark.slow
 
 
 def residual_ratio(a, L):
@@ -33,7 +36,7 @@ def residual_ratio(a, L):
 @pytest.mark.parametrize(
     "n, tile",
     [(0, None), (1, None), (2, 1), (7, 3), (7, 7), (64, 16), (64, 20), (300, 64), (300, 100)]
-    + [(1000, 300)],
+    + [pytest.param(1000, 300, marks=LARGE)],
 )
 def test_values_against_numpy(rng, backend, dtype, n, tile):
     a = random_spd(rng, n, dtype=dtype)
@@ -76,7 +79,10 @@ def _loss_fn(chol, w):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("n, tile", [(1, None), (5, 2), (33, 8), (64, 16), (300, 64), (1000, 200)])
+@pytest.mark.parametrize(
+    "n, tile",
+    [(1, None), (5, 2), (33, 8), (64, 16), (300, 64), pytest.param(1000, 200, marks=LARGE)],
+)
 def test_gradient_equals_jax(rng, backend, n, tile):
     a = random_spd(rng, n)
     w = rng.standard_normal((n, n))

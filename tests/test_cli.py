@@ -201,6 +201,9 @@ def _sigint_as_in_a_terminal() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+# slow: a fresh interpreter imports JAX and compiles the fit before the signal (the
+# in-process interrupt tests of tests/test_cli_errors.py stay in the everyday tier)
+@pytest.mark.slow
 def test_sigint_prints_interrupted_and_exits_130(tmp_path: pathlib.Path) -> None:
     (tmp_path / "d.csv").write_text("a,b\n" + "".join(f"{i},{(i * 7) % 5}\n" for i in range(8)))
     env = dict(os.environ)

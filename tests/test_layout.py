@@ -111,6 +111,9 @@ def test_internals_only_through_the_internal_namespace(name, source):
     assert not bad, f"{name} imports private gpchol modules (use gpchol._internal): {bad}"
 
 
+# slow: lint-imports builds the import graph of the whole package in a fresh process
+# (.ci/run also runs it as a step of its own)
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("lint-imports") is None, reason="import-linter not installed")
 def test_layer_contract():
     proc = subprocess.run(["lint-imports"], cwd=ROOT, capture_output=True, text=True, timeout=300)

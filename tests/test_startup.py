@@ -163,6 +163,8 @@ def test_import_loads_no_heavy_optional_module() -> None:
     assert p.stdout.strip() == "", f"imported at `import gpchol`: {p.stdout.strip()}"
 
 
+# slow: two fresh interpreters each import JAX and run a fit
+@pytest.mark.slow
 def test_enable_compile_cache_reuses_programs_across_processes(tmp_path) -> None:
     """gpchol.enable_compile_cache: a second process of the same fit reads every program
     back from the persistent cache (JAX's cache reports no miss there)."""
