@@ -442,7 +442,9 @@ def _fit_start(
 ) -> tuple[np.ndarray, float, Any]:
     """One start of :func:`gpchol.fit` (its GP program, size-bucketed, for one target; a
     plain loss for several)."""
-    Xj, nj = jnp.asarray(X), jnp.asarray(noise)
+    # jax.device_put, not jnp.asarray: eager jnp.asarray of a NumPy array compiles a small
+    # program per shape, paid on every fit of a new n
+    Xj, nj = jax.device_put(X), jax.device_put(noise)
     if isinstance(space, SklearnSpace):
         moved, transforms = space.transforms()
         x0 = space.inside(x0)
@@ -452,15 +454,15 @@ def _fit_start(
                 -float(log_marginal_likelihood(space.kernel(jnp.asarray(x0)), X, Y, noise)),
                 None,
             )
-        rest = jnp.asarray(x0)
-        index = jnp.asarray(moved)
+        rest = jax.device_put(x0)
+        index = jax.device_put(moved)
 
         def theta_kernel(p: Any) -> Any:
             return space.kernel(rest.at[index].set(jnp.stack(p)))
 
         kernel_of: Callable[[Any], Any] = theta_kernel
 
-        params: Any = [jnp.asarray(x0[i]) for i in moved]
+        params: Any = [jax.device_put(x0[i]) for i in moved]
         tf: Any = transforms
     else:
         assert isinstance(space, GpcholSpace)
@@ -472,14 +474,14 @@ def _fit_start(
         result = fit(
             lambda p: GaussianProcess(kernel_of(p), Xj, noise=nj),
             params,
-            jnp.asarray(Y[:, 0]),
+            jax.device_put(np.ascontiguousarray(Y[:, 0])),
             transforms=tf,
             optimizer=method,
             steps=max_steps,
             progress=False,
         )
     else:
-        Yj = jnp.asarray(Y)
+        Yj = jax.device_put(Y)
         result = fit(
             lambda p: -log_marginal_likelihood(kernel_of(p), Xj, Yj, nj),
             params,

@@ -124,10 +124,12 @@ def _padded_posterior(kernel: Any, X: np.ndarray, y: np.ndarray, noise: np.ndarr
     Xp = pad_rows(X, size, X[0]) if n else X
     yp = pad_rows(y, size, 0.0)
     noise_p = pad_rows(noise, size, 1.0) if noise.shape == (n,) else noise
-    gp = GaussianProcess(kernel, jnp.asarray(Xp), noise=jnp.asarray(noise_p))
+    # jax.device_put, not jnp.asarray: eager jnp.asarray of a NumPy array compiles a small
+    # program per shape
+    gp = GaussianProcess(kernel, jax.device_put(Xp), noise=jax.device_put(noise_p))
     if size > n:
-        gp = gp.with_mask(jnp.asarray(np.arange(size) < n))
-    return gp.condition(jnp.asarray(yp))
+        gp = gp.with_mask(jax.device_put(np.arange(size) < n))
+    return gp.condition(jax.device_put(yp))
 
 
 def _with_alpha(post: Any, alpha: Any) -> Any:
@@ -404,7 +406,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         """``(posteriors, mean, std, squeeze)``: a posterior per target (JAX leaves; call
         inside ``jax.enable_x64``), the targets' scaling, and whether the outputs drop
         their target axis (one target)."""
-        post = jax.tree_util.tree_map(jnp.asarray, self.posterior_)
+        post = jax.tree_util.tree_map(jax.device_put, self.posterior_)
         posts = [post] + [_with_alpha(post, a) for a in self._alphas.T[1:]]
         mean = np.atleast_1d(np.asarray(self._y_train_mean, np.float64))
         std = np.atleast_1d(np.asarray(self._y_train_std, np.float64))
@@ -442,14 +444,18 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
         Xs = self._test_inputs(X)
         with jax.enable_x64(True):
-            xs = jnp.asarray(Xs)
+            xs = jax.device_put(Xs)
             posts, mu, sd, squeeze = self._targets() if self._fitted() else self._prior(Xs.shape[1])
-            mean = np.stack([np.asarray(p.mean(xs)) for p in posts], axis=1) * sd + mu
             extra = None
+            if return_std and not return_cov:  # mean and variance in one program
+                m0, v0 = posts[0].mean_and_variance(xs)
+                means = [m0] + [p.mean(xs) for p in posts[1:]]
+                extra = np.sqrt(np.asarray(v0))[:, None] * sd
+            else:
+                means = [p.mean(xs) for p in posts]
+            mean = np.stack([np.asarray(m) for m in means], axis=1) * sd + mu
             if return_cov:
                 extra = np.asarray(posts[0].covariance(xs))[..., None] * sd**2
-            elif return_std:
-                extra = np.sqrt(np.asarray(posts[0].variance(xs)))[:, None] * sd
         if squeeze:
             mean = mean[:, 0]
             extra = None if extra is None else extra[..., 0]
@@ -472,7 +478,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         with jax.enable_x64(True):
             posts, mu, sd, squeeze = self._targets() if self._fitted() else self._prior(Xs.shape[1])
             key = jax.random.PRNGKey(seed)
-            xs = jnp.asarray(Xs)
+            xs = jax.device_put(Xs)
             draws = [
                 np.asarray(p.sample(key if j == 0 else jax.random.fold_in(key, j), xs, n_samples))
                 for j, p in enumerate(posts)

@@ -99,6 +99,34 @@ def _as_float(x: Any) -> jax.Array:
     return x
 
 
+def _elementwise(x: Any, fn: Any) -> jax.Array:
+    """``fn(xp, v)`` on ``x`` as a floating array: with ``xp = jax.numpy`` when ``x`` is
+    traced, with ``xp = numpy`` when it is concrete, the result then placed on the device.
+    The transforms run on concrete values before and after every fit (the start's inverse,
+    the result's forward), and eager JAX would compile one small program per operation and
+    shape there; NumPy compiles nothing. The dtype is JAX's: that of a floating array, the
+    default float for Python numbers and integers."""
+    if isinstance(x, jax.core.Tracer):
+        return fn(jnp, _as_float(x))
+    dtype = jnp.result_type(x)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        dtype = jnp.result_type(float)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        out = fn(np, np.asarray(x, dtype))
+    return jax.device_put(np.asarray(out, dtype))
+
+
+def _softplus(xp: Any, u: Any) -> Any:
+    return xp.logaddexp(0.0, u)
+
+
+def _sigmoid(xp: Any, u: Any) -> Any:
+    if xp is jnp:
+        return jax.nn.sigmoid(u)
+    e = np.exp(-np.abs(u))  # in (0, 1]: no overflow on either side
+    return np.where(u >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
 @dataclasses.dataclass(frozen=True)
 class Identity(Transform):
     """The identity: for parameters that may take any real value (a mean, an offset).
@@ -111,11 +139,11 @@ class Identity(Transform):
 
     def forward(self, u: Any) -> jax.Array:
         """Returns ``u`` as a floating array, shape ``(...)``."""
-        return _as_float(u)
+        return _elementwise(u, lambda xp, v: v)
 
     def inverse(self, c: Any) -> jax.Array:
         """Returns ``c`` as a floating array, shape ``(...)``."""
-        return _as_float(c)
+        return _elementwise(c, lambda xp, v: v)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,8 +183,7 @@ class Positive(Transform):
 
     def forward(self, u: Any) -> jax.Array:
         """Returns ``lower + softplus(u)``, same shape ``(...)`` and dtype as ``u``."""
-        u = _as_float(u)
-        return self.lower + jax.nn.softplus(u)
+        return _elementwise(u, lambda xp, v: self.lower + _softplus(xp, v))
 
     def inverse(self, c: Any) -> jax.Array:
         """Returns the ``u`` with ``forward(u) == c``; ``c`` must be ``> lower``."""
@@ -169,8 +196,12 @@ class Positive(Transform):
                     f"> {self.lower} (and not NaN). Give an initial value inside the domain, "
                     "or use a different transform (Identity(), Positive(lower=...))."
                 )
-        y = _as_float(c) - self.lower
-        return y + jnp.log(-jnp.expm1(-y))
+
+        def inv(xp: Any, v: Any) -> Any:
+            y = v - self.lower
+            return y + xp.log(-xp.expm1(-y))
+
+        return _elementwise(c, inv)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,11 +220,11 @@ class LogPositive(Transform):
 
     def forward(self, u: Any) -> jax.Array:
         """``exp(u)``, shape ``(...)``."""
-        return jnp.exp(jnp.asarray(u))
+        return _elementwise(u, lambda xp, v: xp.exp(v))
 
     def inverse(self, c: Any) -> jax.Array:
         """``log(c)``, shape ``(...)``; ``c > 0``."""
-        return jnp.log(jnp.asarray(c))
+        return _elementwise(c, lambda xp, v: xp.log(v))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,8 +265,7 @@ class Bounded(Transform):
 
     def forward(self, u: Any) -> jax.Array:
         """Returns ``low + (high - low) * sigmoid(u)``, shape ``(...)``."""
-        u = _as_float(u)
-        return self.low + (self.high - self.low) * jax.nn.sigmoid(u)
+        return _elementwise(u, lambda xp, v: self.low + (self.high - self.low) * _sigmoid(xp, v))
 
     def inverse(self, c: Any) -> jax.Array:
         """Returns the ``u`` with ``forward(u) == c``; ``low < c < high`` required."""
@@ -248,8 +278,7 @@ class Bounded(Transform):
                     f"strictly between {self.low} and {self.high}. Give an initial value "
                     "inside the interval, or widen the bounds."
                 )
-        c = _as_float(c)
-        return jnp.log(c - self.low) - jnp.log(self.high - c)
+        return _elementwise(c, lambda xp, v: xp.log(v - self.low) - xp.log(self.high - v))
 
 
 def _is_transform_leaf(x: Any) -> bool:

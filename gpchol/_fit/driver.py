@@ -74,7 +74,7 @@ from gpchol._fit.objective import (
 from gpchol._fit.programs import check_bucket, gp_program, loss_program
 from gpchol._fit.progress import ProgressLine
 from gpchol._fit.signals import SignalGuard
-from gpchol._fit.state import FitState, StartRecord, canonical, key_data
+from gpchol._fit.state import FitState, StartRecord, canonical, default_key_data, key_data
 
 __all__ = ["FitResult", "fit"]
 
@@ -287,7 +287,7 @@ def fit(
         transforms = default_transforms(params)
     loss_u = unconstrained_loss(build_or_loss, y, transforms)
     u0 = canonical(to_unconstrained(params, transforms))
-    raw_key = key_data(jax.random.PRNGKey(0) if key is None else key)
+    raw_key = default_key_data() if key is None else key_data(key)
     fp = None
     if checkpoint is not None:
         fp = fit_fingerprint(

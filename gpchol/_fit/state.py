@@ -181,3 +181,20 @@ def key_data(key: Any) -> np.ndarray:
     if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
         return np.asarray(jax.random.key_data(key))
     return np.asarray(key)
+
+
+def default_key_data() -> np.ndarray:
+    """The raw data of ``jax.random.PRNGKey(0)``, the key of a fit's restarts when none is
+    given: ``[0, 0]`` for the default generator (threefry), taken without running JAX (an
+    eager key would compile two small programs on every first fit); any other generator
+    through JAX.
+
+    Example:
+        >>> import jax
+        >>> from gpchol._fit.state import default_key_data, key_data
+        >>> default_key_data().tolist() == key_data(jax.random.PRNGKey(0)).tolist()
+        True
+    """
+    if getattr(jax.config, "jax_default_prng_impl", None) == "threefry2x32":
+        return np.zeros(2, np.uint32)
+    return key_data(jax.random.PRNGKey(0))

@@ -90,7 +90,7 @@ class GPDiagnostics(NamedTuple):
         Returns:
             Whether the warning was issued.
         """
-        if not is_concrete(self.singular, self.rcond) or not bool(np.any(self.singular)):
+        if not is_concrete(self.singular, self.rcond) or not np.any(np.asarray(self.singular)):
             return False
         rcond = np.asarray(self.rcond)
         singular = np.asarray(self.singular)

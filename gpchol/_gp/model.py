@@ -309,10 +309,13 @@ def _conditioned_jvp(
 
 
 @jax.jit
-def _condition_jit(gp: GaussianProcess, r: jax.Array) -> tuple[Any, ...]:
+def _condition_jit(gp: GaussianProcess, y: jax.Array) -> tuple[Any, ...]:
     """The conditioning program, traced once per shape and GP structure:
     ``(L, value, alpha, status, jitter_used, diagnostics)`` (the diagnostics cost O(n)
-    here, and a program of their own when asked for eagerly afterwards)."""
+    here, and a program of their own when asked for eagerly afterwards). The residual
+    ``y - m(X)`` is formed inside: eagerly, each of its operations would compile a small
+    program of its own per shape."""
+    r = gp._residual(y)
     be = resolve_backend(gp.backend, gp.X)
     nb = tile_for(be, gp.n, r.dtype, check_tile_size(gp.tile_size))
     L, value, alpha, status, used = _conditioned(gp, r, GaussianRule(be, nb, gp.jitter))
@@ -547,13 +550,16 @@ class GaussianProcess:
             return
         self.diagnostics().warn_if_singular(f"GaussianProcess.{what}", stacklevel=3)
 
-    def _residual(self, y: ArrayLike) -> jax.Array:
-        y = jnp.asarray(y)
-        if y.ndim != 1 or y.shape[0] != self.n:
+    def _check_y(self, y: ArrayLike) -> None:
+        shape = np.shape(y)
+        if len(shape) != 1 or shape[0] != self.n:
             raise ValueError(
-                f"y must have shape ({self.n},), one value per row of X; got shape "
-                f"{tuple(y.shape)}."
+                f"y must have shape ({self.n},), one value per row of X; got shape {tuple(shape)}."
             )
+
+    def _residual(self, y: ArrayLike) -> jax.Array:
+        self._check_y(y)
+        y = jnp.asarray(y)
         m = self.mean_vector()
         dtype = jnp.result_type(self.X.dtype, y.dtype)
         if not jnp.issubdtype(dtype, jnp.floating):
@@ -721,7 +727,7 @@ class GaussianProcess:
             >>> post.variance(X).shape
             (4,)
         """
-        r = self._residual(y)
+        self._check_y(y)
         mesh = input_mesh(self.X)
         if mesh is not None:  # the factor stays in its block-cyclic tiles, never gathered
             from gpchol.distributed import condition as sharded_condition
@@ -741,7 +747,9 @@ class GaussianProcess:
                 check=check,
                 part_check=partial(model_part, self.kernel),
             )
-        L, value, alpha, status, used, diagnostics = _condition_jit(self, r)
+        if not isinstance(y, (jax.Array, np.ndarray)):
+            y = np.asarray(y)  # a list or a number: one argument, not a pytree of them
+        L, value, alpha, status, used, diagnostics = _condition_jit(self, y)
         if check and (not is_concrete(status) or bool(np.any(np.asarray(status) != 0))):
             self._check(status, check, "condition")
         post = Posterior(self, L, alpha, value, status, used, block_size)

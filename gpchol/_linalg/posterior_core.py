@@ -221,7 +221,7 @@ def checked_noise(
     """
     if noise is None:
         if not include_noise:
-            return jnp.zeros((), dtype)
+            return jax.device_put(np.zeros((), dtype))  # an eager jnp.zeros compiles
         nz = jnp.asarray(model_noise)
         if outputs or nz.size == 1:
             return nz.astype(dtype).reshape(outputs if outputs else ())
@@ -264,13 +264,13 @@ def _pad(x: jax.Array, size: int) -> jax.Array:
     nothing to compile per size)."""
     if is_concrete(x):
         xn = np.asarray(x)
-        return jnp.asarray(pad_rows(xn, size, xn[-1]))
+        return jax.device_put(pad_rows(xn, size, xn[-1]))
     return jnp.concatenate([x, jnp.broadcast_to(x[-1:], (size - x.shape[0],) + x.shape[1:])])
 
 
 def _first_rows(x: jax.Array, m: int) -> jax.Array:
     """``x[:m]`` (by NumPy when ``x`` is concrete: nothing to compile per ``m``)."""
-    return jnp.asarray(np.asarray(x)[:m]) if is_concrete(x) else x[:m]
+    return jax.device_put(np.asarray(x)[:m]) if is_concrete(x) else x[:m]
 
 
 def _project(
