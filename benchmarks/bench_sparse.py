@@ -29,6 +29,11 @@ Usage::
 
     python -m benchmarks.bench_sparse [--quick] [--sizes 100000,1000000] [--M 256,512,1024]
         [--libs gpchol,gpjax] [--repeats 3] [--max-n] [--mem-limit-gib 16] [--json FILE]
+        [--time-budget-s SECONDS]
+
+With ``--json`` the results file is rewritten after every row (a temporary file renamed over
+it), so a run stopped by a time limit keeps what it measured; ``--time-budget-s`` stops
+starting new measurements once the budget is spent (the file then says ``"stopped"``).
 """
 
 from __future__ import annotations
@@ -231,6 +236,16 @@ def _svgp_rows(quick: bool) -> list[dict] | None:
     return [svgp_steps_per_second(100_000, M, 1024) for M in (256, 512)]
 
 
+def _write_json(path: str, result: dict) -> None:
+    """Writes ``result`` to ``path`` atomically (a temporary file renamed over it)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", nargs=4, metavar=("LIB", "N", "M", "REPEATS"))
@@ -242,7 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-n", action="store_true", help="search the largest n for each")
     ap.add_argument("--mem-limit-gib", type=float, default=16.0)
     ap.add_argument("--gpjax-python", default=os.environ.get("GPCHOL_GPJAX_PYTHON"))
-    ap.add_argument("--json", default=None, help="write the results to this file")
+    ap.add_argument("--json", default=None, help="write the results to this file (after each row)")
+    ap.add_argument(
+        "--time-budget-s",
+        type=float,
+        default=None,
+        help="start no new measurement after this many seconds (the results so far are kept)",
+    )
     a = ap.parse_args(argv)
     if a.child:
         lib, n, M, rep = a.child
@@ -267,42 +288,72 @@ def main(argv: list[str] | None = None) -> int:
         else:
             pythons[lib] = py
     print("== SGPR value-and-gradient step, float64, d = 3 ==", flush=True)
-    rows = []
+    t_start = time.monotonic()
+    rows: list[dict] = []
+    largest: list[dict] = []
+    state: dict = {"stopped": None, "svgp": None}
+
+    def out_of_time() -> bool:
+        if a.time_budget_s is None or time.monotonic() - t_start < a.time_budget_s:
+            return False
+        if state["stopped"] is None:
+            state["stopped"] = f"time budget of {a.time_budget_s:g} s spent"
+            print(f"STOP: {state['stopped']}; the remaining measurements were not run", flush=True)
+        return True
+
+    def save() -> list[str]:
+        agreement = _agreement(rows)
+        if a.json:
+            _write_json(
+                a.json,
+                {
+                    "machine": machine_info(),
+                    "versions": versions(),
+                    "settings": {
+                        "theta": THETA,
+                        "jitter": JITTER,
+                        "repeats": repeats,
+                        "d": 3,
+                        "time_budget_s": a.time_budget_s,
+                    },
+                    "rows": rows,
+                    "agreement": agreement,
+                    "largest_n": largest,
+                    "not_run": sorted(set(a.libs.split(",")) - set(pythons)),
+                    "svgp": state["svgp"],
+                    "stopped": state["stopped"],
+                    "elapsed_s": time.monotonic() - t_start,
+                },
+            )
+        return agreement
+
     for n in sizes:
         for M in ms:
             for lib, py in pythons.items():
+                if out_of_time():
+                    break
                 r = run_child(py, lib, n, M, repeats, limit)
                 rows.append(r)
                 print(_fmt(r), flush=True)
-    agreement = _agreement(rows)
+                save()
+    agreement = save()
     for line in agreement:
         print(line)
-    largest = []
     if a.max_n:
         for lib, py in pythons.items():
             for M in ms:
+                if out_of_time():
+                    break
                 largest.append(_max_n(py, lib, M, 2 * max(sizes), 1, limit))
                 print(f"largest n for {lib}, M = {M}: {largest[-1]['largest_n']}")
-    svgp = _svgp_rows(a.quick)
-    for r in svgp or []:
+                save()
+    if not out_of_time():
+        state["svgp"] = _svgp_rows(a.quick)
+    for r in state["svgp"] or []:
         print(
             f"SVGP n={r['n']:,d} M={r['M']} batch={r['batch']}: {r['steps_per_second']:.1f} steps/s"
         )
-    if a.json:
-        result = {
-            "machine": machine_info(),
-            "versions": versions(),
-            "settings": {"theta": THETA, "jitter": JITTER, "repeats": repeats, "d": 3},
-            "rows": rows,
-            "agreement": agreement,
-            "largest_n": largest,
-            "not_run": sorted(set(a.libs.split(",")) - set(pythons)),
-            "svgp": svgp,
-        }
-        tmp = a.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(tmp, a.json)
+    agreement = save()
     return 1 if any("DISAGREE" in line for line in agreement) else 0
 
 
