@@ -20,10 +20,12 @@ inversion and determinant lemmas give
 
 Every term over the data is a sum over rows: ``A A^T``, ``A e``, ``e^T e``, ``sum k_ii /
 Lambda_ii`` and ``sum log Lambda_ii``. They are accumulated over blocks of rows (a
-``lax.scan``; each block's ``(M, b)`` slice of ``A`` is rebuilt in the reverse pass under
-``jax.checkpoint``), so the value and its gradient take ``O(n M^2)`` time and ``O(b M + M^2)``
-memory besides ``X`` and ``y``. With ``X`` placed on a mesh by rows, each device sums its own
-rows and the statistics are added with one ``psum`` (:mod:`gpchol.distributed._rowsum`).
+``lax.scan``; ``Luu^-1`` is formed once, so a block's slice of ``A`` is one GEMM, and the
+derivative a hand-derived rule, :func:`_rows_jvp`, whose blocks are rebuilt in the
+reverse pass under ``jax.checkpoint``), so the value and its gradient take ``O(n M^2)``
+time and ``O(b M + M^2)`` memory besides ``X`` and ``y``. With ``X`` placed on a mesh by
+rows, each device sums its own rows and the statistics are added with one ``psum``
+(:mod:`gpchol.distributed._rowsum`).
 
 The predictive distribution of the latent function (Titsias 2009, eq. 6) at ``Xs``, with
 ``V1 = Luu^-1 k(Z, Xs)`` and ``V2 = LB^-1 V1``::
@@ -98,29 +100,137 @@ def _rows_with_nan(x: np.ndarray) -> str:
 # ----------------------------------------------------------------------------------------
 
 
-def _block_stats(
+def _block_inputs(
     kernel: Any,
     Z: jax.Array,
-    Luu: jax.Array,
     Xb: jax.Array,
-    eb: jax.Array,
+    rb: jax.Array,
     nzb: jax.Array,
     wb: jax.Array,
 ) -> tuple[jax.Array, ...]:
-    """The sums of one block of rows (weights ``wb`` 0 on rows counted by another block):
-    ``(A A^T, A e, e^T e, sum k_ii / noise_i, sum log noise_i)``."""
-    dtype = Luu.dtype
+    """What one block of rows brings besides ``Luu``: ``Kuf_b = k(Z, X_b)`` ``(M, b)``, the
+    row scales ``s = w / sqrt(noise)``, ``e = r s``, ``sum w k_ii / noise_i`` and ``sum w log
+    noise_i`` (weights ``wb`` 0 on rows counted by another block)."""
+    dtype = rb.dtype
     s = wb / jnp.sqrt(nzb)
-    A = trsm(Luu, kernel(Z, Xb).astype(dtype), left=True) * s[None, :]
-    e = eb * s
+    K = kernel(Z, Xb).astype(dtype)
     kd = kernel.diag(Xb).astype(dtype)
-    return (
-        A @ A.T,
-        A @ e,
-        jnp.sum(e * e),
-        jnp.sum(wb * kd / nzb),
-        jnp.sum(wb * jnp.log(nzb)),
+    return K, s, rb * s, jnp.sum(wb * kd / nzb), jnp.sum(wb * jnp.log(nzb))
+
+
+def _block_slices(
+    X: jax.Array, r: jax.Array, nz: jax.Array, j: jax.Array, b: int
+) -> tuple[jax.Array, ...]:
+    """Block ``j``'s rows ``(X_b, r_b, noise_b, w_b)``: the last block is shifted back
+    to fit, and the rows it shares with the previous block are weighted 0."""
+    n = X.shape[0]
+    start = jnp.minimum(j * b, n - b)
+    Xb = lax.dynamic_slice_in_dim(X, start, b)
+    rb = lax.dynamic_slice_in_dim(r, start, b)[:, 0]
+    nb = lax.dynamic_slice_in_dim(nz, start, b)[:, 0]
+    w = (start + jnp.arange(b) >= j * b).astype(r.dtype)
+    return Xb, rb, nb, w
+
+
+def _sum_blocks(count: int, one: Any) -> Any:
+    """The sum over ``j = 0 .. count - 1`` of the pytree ``one(j)``, a ``lax.scan``; the first
+    block's sums start the carry (typed like the rows, also inside ``shard_map``)."""
+    init = one(jnp.zeros((), jnp.int32))
+    if count == 1:
+        return init
+
+    def step(acc: Any, j: jax.Array) -> tuple[Any, None]:
+        return jax.tree_util.tree_map(lambda u, v: u + v, acc, one(j)), None
+
+    return lax.scan(step, init, jnp.arange(1, count, dtype=jnp.int32))[0]
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(6,))
+def _rows(
+    kernel: Any,
+    Z: jax.Array,
+    Luu: jax.Array,
+    X: jax.Array,
+    r: jax.Array,
+    nz: jax.Array,
+    block: int,
+) -> tuple[jax.Array, ...]:
+    r"""The bound's row sums ``(S = A A^T, c = A e, e^T e, sum k_ii / noise_i, sum log
+    noise_i)``, ``A = Luu^-1 Kuf Lambda^-1/2``, ``e = Lambda^-1/2 r`` (Titsias 2009, eq. 9,
+    in the module docstring's form), ``block`` rows at a time.
+
+    ``Luu^-1`` is formed once (one triangular solve against the identity), so block ``b``
+    costs ``k(Z, X_b)``, one GEMM ``B_b = Luu^-1 Kuf_b`` and the rank-``b`` update of ``S``.
+    The derivative is the rule :func:`_rows_jvp` (forward and reverse mode: JAX transposes
+    it; each block is rebuilt in the reverse pass, nothing of size ``(M, b)`` is kept).
+    """
+    n = X.shape[0]
+    M = Luu.shape[0]
+    dtype = Luu.dtype
+    b = max(1, min(block, n))
+    Linv = trsm(Luu, jnp.eye(M, dtype=dtype), left=True)
+
+    def one(j: jax.Array) -> tuple[jax.Array, ...]:
+        Xb, rb, nb, w = _block_slices(X, r, nz, j, b)
+        K, s, e, tk, ln = _block_inputs(kernel, Z, Xb, rb, nb, w)
+        A = (Linv @ K) * s[None, :]
+        return A @ A.T, A @ e, jnp.dot(e, e), tk, ln
+
+    return _sum_blocks(-(-n // b), one)
+
+
+@_rows.defjvp
+def _rows_jvp(
+    block: int, primals: tuple[Any, ...], tangents: tuple[Any, ...]
+) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...]]:
+    r"""The derivative of :func:`_rows` (derived here for the sums of Titsias 2009, eq. 9).
+
+    Block ``b``, with ``B_b = Luu^-1 Kuf_b``, ``A_b = B_b diag(s_b)``, ``e_b = r_b s_b``:
+
+    * ``dA_b = Luu^-1 dKuf_b diag(s_b) + B_b diag(ds_b) + d(Luu^-1) Kuf_b diag(s_b)``; the
+      last term is ``d(Luu^-1) Luu A_b = P A_b`` with ``P = -Luu^-1 dLuu``
+      (``d(Luu^-1) = -Luu^-1 dLuu Luu^-1``; ``dLuu`` lower triangular as ``Luu``);
+    * ``dS = sum_b (dA_b A_b^T + A_b dA_b^T) = T + T^T``, ``T = sum_b dA_b A_b^T``;
+      ``dc = sum_b (dA_b e_b + A_b de_b)``; ``d(e^T e) = 2 sum_b e_b^T de_b``.
+
+    The ``P`` terms sum over blocks to ``P S`` and ``P c``, added once after the blocks; so
+    per block ``dA_b`` is one GEMM (``Luu^-1 dKuf_b``) and ``T`` one more. Transposed by JAX
+    for the reverse pass this is ``dA_b = (G + G^T) A_b + g e_b^T`` and ``dKuf_b = Luu^-T
+    (dA_b diag(s_b))`` (two GEMMs a block, ``G``, ``g`` the cotangents of ``S``, ``c``), and
+    the blocks run under ``jax.checkpoint`` so only their index is kept between the passes.
+    """
+    kernel, Z, Luu, X, r, nz = primals
+    tkern, tZ, tL, tX, tr, tnz = tangents
+    n = X.shape[0]
+    M = Luu.shape[0]
+    dtype = Luu.dtype
+    b = max(1, min(block, n))
+    Linv = trsm(Luu, jnp.eye(M, dtype=dtype), left=True)
+
+    def one(
+        j: jax.Array, kernel: Any, Z: jax.Array, tkern: Any, tZ: jax.Array
+    ) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...]]:
+        Xb, rb, nb, w = _block_slices(X, r, nz, j, b)
+        tXb, trb, tnb, _ = _block_slices(tX, tr, tnz, j, b)
+        (K, s, e, tk, ln), (dK, ds, de, dtk, dln) = jax.jvp(
+            lambda k, z, x, rr, nn: _block_inputs(k, z, x, rr, nn, w),
+            (kernel, Z, Xb, rb, nb),
+            (tkern, tZ, tXb, trb, tnb),
+        )
+        B = Linv @ K
+        A = B * s[None, :]
+        dA = (Linv @ dK) * s[None, :] + B * ds[None, :]
+        primal = (A @ A.T, A @ e, jnp.dot(e, e), tk, ln)
+        tangent = (dA @ A.T, dA @ e + A @ de, 2.0 * jnp.dot(e, de), dtk, dln)
+        return primal, tangent
+
+    one_c = jax.checkpoint(one)
+    (S, c, ee, tk, ln), (T, dc, dee, dtk, dln) = _sum_blocks(
+        -(-n // b), lambda j: one_c(j, kernel, Z, tkern, tZ)
     )
+    P = -Linv @ jnp.tril(tL)
+    T = T + P @ S
+    return (S, c, ee, tk, ln), (T + T.T, dc + P @ c, dee, dtk, dln)
 
 
 def row_stats(
@@ -144,33 +254,8 @@ def row_stats(
         ``(A A^T (M, M), A e (M,), e^T e, sum k_ii / noise_i, sum log noise_i)``.
     """
     kernel, Z, Luu = shared
-    n = X.shape[0]
-    b = max(1, min(block, n))
-    count = -(-n // b)
     dtype = Luu.dtype
-    idx = jnp.arange(b)
-
-    def one(j: jax.Array, kernel: Any, Z: jax.Array, Luu: jax.Array) -> tuple[jax.Array, ...]:
-        start = jnp.minimum(j * b, n - b)  # the last block is shifted back to fit ...
-        Xb = lax.dynamic_slice_in_dim(X, start, b)
-        rb = lax.dynamic_slice_in_dim(r, start, b)[:, 0].astype(dtype)
-        nb = lax.dynamic_slice_in_dim(nz, start, b)[:, 0].astype(dtype)
-        w = (start + idx >= j * b).astype(dtype)  # ... and its overlap weighted 0
-        return _block_stats(kernel, Z, Luu, Xb, rb, nb, w)
-
-    if count == 1:
-        return one(jnp.zeros((), jnp.int32), kernel, Z, Luu)
-    # the block's sums are rebuilt in the reverse pass: only (kernel, Z, Luu) and the block
-    # index are kept, never the (M, b) slices of A (remat of a function without the carry)
-    one_c = jax.checkpoint(one)
-
-    def step(acc: tuple[jax.Array, ...], j: jax.Array) -> tuple[tuple[jax.Array, ...], None]:
-        out = one_c(j, kernel, Z, Luu)
-        return tuple(a + o for a, o in zip(acc, out, strict=True)), None
-
-    # the first block's sums start the carry (typed like the rows, also inside shard_map)
-    init = one_c(jnp.zeros((), jnp.int32), kernel, Z, Luu)
-    return lax.scan(step, init, jnp.arange(1, count, dtype=jnp.int32))[0]
+    return _rows(kernel, Z, Luu, X, r.astype(dtype), nz.astype(dtype), block)
 
 
 def bound_from_stats(
