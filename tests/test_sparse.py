@@ -493,3 +493,37 @@ def test_sharded_condition_equals_one_device(rng):
     T = rng.uniform(0.0, 3.0, (7, 2))
     assert _rel(many.elbo, one.elbo) < 1e-10
     assert _rel(many.mean(T), one.mean(T)) < 1e-10
+
+
+def test_row_sums_rule_equals_autodiff_of_the_sums(rng):
+    # the hand-derived rule of gpchol._gp.sparse._rows (custom_jvp) against JAX's autodiff
+    # of the same sums without the rule (_rows.fun), forward and reverse, in every input:
+    # kernel, Z, Luu (lower triangle), X, residual, per-row noise; n = 23 is not a multiple
+    # of the block (5), so the shifted last block counts too
+    from gpchol._gp.sparse import _rows
+
+    n, M = 23, 4
+    X = rng.uniform(0.0, 2.0, (n, 2))
+    Z = rng.uniform(0.0, 2.0, (M, 2))
+    r = rng.standard_normal((n, 1))
+    nz = rng.uniform(0.1, 0.3, (n, 1))
+    Luu = np.linalg.cholesky(_k(0.9, 1.1, Z, Z)[0] + np.eye(M))  # well conditioned
+    args = (np.float64(0.9), Z, Luu, X, r, nz)
+
+    def make(rows):
+        return lambda ls, Z, L, X, r, nz: rows(1.1 * kernels.ExpSquared(ls), Z, L, X, r, nz, 5)
+
+    rule, plain = make(_rows), make(_rows.fun)
+    tangents = tuple(np.tril(t) if np.shape(t) == (M, M) else t for t in (
+        np.float64(1.0), *(rng.standard_normal(np.shape(a)) for a in args[1:])
+    ))  # fmt: skip
+    out_r, tan_r = jax.jvp(rule, args, tangents)
+    out_p, tan_p = jax.jvp(plain, args, tangents)
+    for a, b in zip(jax.tree.leaves((out_r, tan_r)), jax.tree.leaves((out_p, tan_p)), strict=True):
+        assert _rel(a, b) < 1e-12
+    cts = tuple(rng.standard_normal(np.shape(o)) for o in out_p)
+    g_r = jax.vjp(rule, *args)[1](cts)
+    g_p = jax.vjp(plain, *args)[1](cts)
+    g_p = (*g_p[:2], np.tril(g_p[2]), *g_p[3:])  # only Luu's lower triangle is read
+    for a, b in zip(jax.tree.leaves(g_r), jax.tree.leaves(g_p), strict=True):
+        assert _rel(a, b) < 1e-12
