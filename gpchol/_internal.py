@@ -21,6 +21,7 @@ that the package's private modules can be rearranged without touching them.
 * ``fit_batched_module``, ``posterior_module``, ``persist_module``: the modules behind
   :func:`gpchol.fit_batched`, :class:`gpchol.Posterior` and :func:`gpchol.save` (status
   codes, block-size rule, jit caches, the file format's version);
+* ``sparse_module``: SGPR's row sums and their derivative rule (tested against autodiff);
 * ``checkpoint_module``: the checkpoint files of :func:`gpchol.fit` (written and read
   back directly, to pin their format);
 * ``posterior_core_module``: the posterior core's compiled programs (their lowered text,
@@ -37,6 +38,7 @@ from gpchol._fit import checkpoint as checkpoint_module
 from gpchol._fit import lbfgs as lbfgs_module
 from gpchol._fit import programs as fit_programs_module
 from gpchol._gp import posterior as posterior_module
+from gpchol._gp import sparse as sparse_module
 from gpchol._linalg import host_lapack
 from gpchol._linalg import posterior_core as posterior_core_module
 from gpchol._linalg.backends import backend
@@ -65,4 +67,5 @@ __all__ = [
     "platform_module",
     "posterior_core_module",
     "posterior_module",
+    "sparse_module",
 ]

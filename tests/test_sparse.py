@@ -500,7 +500,9 @@ def test_row_sums_rule_equals_autodiff_of_the_sums(rng):
     # of the same sums without the rule (_rows.fun), forward and reverse, in every input:
     # kernel, Z, Luu (lower triangle), X, residual, per-row noise; n = 23 is not a multiple
     # of the block (5), so the shifted last block counts too
-    from gpchol._gp.sparse import _rows
+    from gpchol._internal import sparse_module
+
+    _rows = sparse_module._rows
 
     n, M = 23, 4
     X = rng.uniform(0.0, 2.0, (n, 2))
