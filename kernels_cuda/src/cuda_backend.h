@@ -77,14 +77,25 @@ class XlaScratch {
     void* data;
   };
 
-  // The error's message; the error is destroyed.
+  // The error's message; the error is destroyed. FFI API 0.4 (jaxlib 0.11) replaced
+  // XLA_FFI_Error_GetMessage by XLA_FFI_Error_GetDetails (message and code); the struct
+  // holds `error` and `message` under the same names in both.
   std::string take_message(XLA_FFI_Error* e) const {
+#if XLA_FFI_API_MAJOR > 0 || XLA_FFI_API_MINOR >= 4
+    XLA_FFI_Error_GetDetails_Args get;
+    get.struct_size = XLA_FFI_Error_GetDetails_Args_STRUCT_SIZE;
+    get.extension_start = nullptr;
+    get.error = e;
+    get.message = nullptr;
+    api_->XLA_FFI_Error_GetDetails(&get);
+#else
     XLA_FFI_Error_GetMessage_Args get;
     get.struct_size = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE;
     get.extension_start = nullptr;
     get.error = e;
     get.message = nullptr;
     api_->XLA_FFI_Error_GetMessage(&get);
+#endif
     std::string text = get.message != nullptr ? get.message : "(no message)";
     XLA_FFI_Error_Destroy_Args destroy;
     destroy.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
