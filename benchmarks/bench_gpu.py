@@ -439,7 +439,7 @@ def cmd_run(args) -> int:
 
     bench = Bench(rec, args.fake_ffi, start + args.budget_s, reps=args.reps, sweep=args.sweep)
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(SIZES)
-    batched = BATCHED
+    batched = () if args.no_batched else BATCHED
     if args.smoke:
         sizes, batched = [64, 96], ((8, 16), (16, 16))
         bench.sweep_n = 96 if args.sweep else -1
@@ -905,6 +905,7 @@ def main(argv=None) -> int:
     run.add_argument("--budget-s", type=float, default=200.0, help="stop starting new items after")
     run.add_argument("--reps", type=int, default=3, help="timed runs per item (at least)")
     run.add_argument("--no-x64", dest="x64", action="store_false", help="float32 only")
+    run.add_argument("--no-batched", action="store_true", help="skip the batched small items")
     run.add_argument("--smoke", action="store_true", help="tiny sizes (script test)")
     run.add_argument("--fake-ffi", action="store_true", help="JAX ops instead of the kernels")
     run.add_argument("--sweep", action="store_true", help="sweep block sizes at n = 16384")

@@ -134,6 +134,33 @@ class CpuBackend {
     return Status::Ok();
   }
 
+  // Lower Cholesky A = L L^T (LAPACK xPOTRF, uplo = 'L', unblocked). Only the lower
+  // triangle is read and written. info as for potrf_upper.
+  template <typename T>
+  Status potrf_lower(index_t n, T* a, index_t lda, std::int32_t* info) {
+    GPCHOL_RETURN_IF_ERROR(check_ld(lda, n, "potrf lda"));
+    GPCHOL_RETURN_IF_ERROR(check_matrix(a, n, n, lda, "potrf A"));
+    GPCHOL_RETURN_IF_ERROR(check_range(info, sizeof(std::int32_t), "potrf info"));
+    *info = 0;
+    for (index_t j = 0; j < n; ++j) {
+      T s = a[j + j * lda];
+      for (index_t k = 0; k < j; ++k) s -= a[j + k * lda] * a[j + k * lda];
+      if (!(s > T(0))) {
+        a[j + j * lda] = s;
+        *info = static_cast<std::int32_t>(j + 1);
+        return Status::Ok();
+      }
+      const T ljj = std::sqrt(s);
+      a[j + j * lda] = ljj;
+      for (index_t r = j + 1; r < n; ++r) {
+        T t = a[r + j * lda];
+        for (index_t k = 0; k < j; ++k) t -= a[r + k * lda] * a[j + k * lda];
+        a[r + j * lda] = t / ljj;
+      }
+    }
+    return Status::Ok();
+  }
+
   // Left:  op(A) X = alpha B, A m x m.   Right: X op(A) = alpha B, A n x n.  B is m x n.
   template <typename T>
   Status trsm(Side side, Uplo uplo, Op op, index_t m, index_t n, T alpha, const T* a,

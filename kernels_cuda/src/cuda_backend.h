@@ -302,16 +302,26 @@ class CudaBackend {
     return check_cuda(cudaGetLastError(), "elementwise kernel launch");
   }
 
-  // Column-major upper Cholesky through cuSOLVER's 64-bit API. `info` is device memory.
+  // Column-major upper / lower Cholesky through cuSOLVER's 64-bit API. `info` is device
+  // memory.
   template <typename T>
   Status potrf_upper(index_t n, T* a, index_t lda, std::int32_t* info) {
+    return potrf_fill<T>(CUBLAS_FILL_MODE_UPPER, n, a, lda, info);
+  }
+  template <typename T>
+  Status potrf_lower(index_t n, T* a, index_t lda, std::int32_t* info) {
+    return potrf_fill<T>(CUBLAS_FILL_MODE_LOWER, n, a, lda, info);
+  }
+
+  template <typename T>
+  Status potrf_fill(cublasFillMode_t fill, index_t n, T* a, index_t lda, std::int32_t* info) {
     const Handles* h = nullptr;
     GPCHOL_RETURN_IF_ERROR(handles(&h));
     size_t dev_bytes = 0, host_bytes = 0;
-    if (n != ws_n_ || sizeof(T) != ws_itemsize_) {
-      cusolverStatus_t s = cusolverDnXpotrf_bufferSize(
-          h->solver, h->params, CUBLAS_FILL_MODE_UPPER, n, cuda_type<T>(), a, lda,
-          cuda_type<T>(), &dev_bytes, &host_bytes);
+    if (n != ws_n_ || sizeof(T) != ws_itemsize_ || fill != ws_fill_) {
+      cusolverStatus_t s = cusolverDnXpotrf_bufferSize(h->solver, h->params, fill, n,
+                                                       cuda_type<T>(), a, lda, cuda_type<T>(),
+                                                       &dev_bytes, &host_bytes);
       if (s != CUSOLVER_STATUS_SUCCESS) {
         return Status::Error("cusolverDnXpotrf_bufferSize failed: " + cusolver_message(s));
       }
@@ -322,13 +332,14 @@ class CudaBackend {
       if (host_bytes > ws_host_.size()) ws_host_.resize(host_bytes);
       ws_n_ = n;
       ws_itemsize_ = sizeof(T);
+      ws_fill_ = fill;
       ws_dev_need_ = dev_bytes;
       ws_host_need_ = host_bytes;
     }
     cusolverStatus_t s = cusolverDnXpotrf(
-        h->solver, h->params, CUBLAS_FILL_MODE_UPPER, n, cuda_type<T>(), a, lda,
-        cuda_type<T>(), ws_dev_, ws_dev_need_, ws_host_need_ > 0 ? ws_host_.data() : nullptr,
-        ws_host_need_, reinterpret_cast<int*>(info));
+        h->solver, h->params, fill, n, cuda_type<T>(), a, lda, cuda_type<T>(), ws_dev_,
+        ws_dev_need_, ws_host_need_ > 0 ? ws_host_.data() : nullptr, ws_host_need_,
+        reinterpret_cast<int*>(info));
     if (s != CUSOLVER_STATUS_SUCCESS) {
       return Status::Error("cusolverDnXpotrf failed: " + cusolver_message(s));
     }
@@ -471,6 +482,7 @@ class CudaBackend {
   // cuSOLVER potrf workspace, sized for the last (n, dtype) queried; grown, never shrunk.
   index_t ws_n_ = -1;
   size_t ws_itemsize_ = 0;
+  cublasFillMode_t ws_fill_ = CUBLAS_FILL_MODE_UPPER;
   void* ws_dev_ = nullptr;
   size_t ws_dev_bytes_ = 0;
   size_t ws_dev_need_ = 0;

@@ -4,6 +4,7 @@
 // emulation in emulation/cpu_backend.h) that offers, for T in {float, double}:
 //
 //   Status potrf_upper(index_t n, T* a, index_t lda, std::int32_t* info);
+//   Status potrf_lower(index_t n, T* a, index_t lda, std::int32_t* info);
 //   Status trsm(Side, Uplo, Op, index_t m, index_t n, T alpha, const T* a, index_t lda,
 //               T* b, index_t ldb);                               // in place, non-unit
 //   Status trmm(Side, Uplo, Op, index_t m, index_t n, T alpha, const T* a, index_t lda,
@@ -36,6 +37,9 @@
 //   * potrf: the symmetric A's row-major lower triangle is the column-major upper one;
 //     cuSOLVER's upper potrf computes A = U^T U there, and U^T is the row-major lower L
 //     with A = L L^T. The row-major strict upper triangle is left untouched (zeroed later).
+//     A LOWER potrf reads the column-major lower triangle, the row-major upper one, and
+//     leaves L there column-major, i.e. L^T row-major: the untiled forward mirrors the
+//     input's lower triangle up first and moves the factor down after.
 #pragma once
 
 #include <algorithm>
@@ -69,9 +73,14 @@ Status potrf_forward(Be& be, const T* in, T* a, std::int32_t* status, index_t ba
   if (in != a) GPCHOL_RETURN_IF_ERROR(be.copy(a, in, sizeof(T) * batch * nn));
 
   if (tile <= 0 || tile >= n) {
+    // cuSOLVER's LOWER potrf, the variant XLA's own Cholesky calls, ran faster on an H200
+    // than its UPPER one (benchmarks/results/gpu-uplo-2026-12-04.txt); the two extra
+    // elementwise passes cost a small part of that.
+    GPCHOL_RETURN_IF_ERROR(be.for_each(batch * nn, MirrorLowerToUpper<T>{a, n}));
     for (index_t b = 0; b < batch; ++b) {
-      GPCHOL_RETURN_IF_ERROR(be.potrf_upper(n, a + b * nn, n, status + b));
+      GPCHOL_RETURN_IF_ERROR(be.potrf_lower(n, a + b * nn, n, status + b));
     }
+    GPCHOL_RETURN_IF_ERROR(be.for_each(batch * nn, MoveUpperToLower<T>{a, n}));
   } else {
     GPCHOL_RETURN_IF_ERROR(be.zero(status, sizeof(std::int32_t) * batch));
     void* info_raw = nullptr;

@@ -58,6 +58,46 @@ struct MergeInfo {
   }
 };
 
+// Before a column-major LOWER library potrf: copy each matrix's row-major strict lower
+// triangle (the one the caller filled) onto its strict upper one, which the library reads
+// as its column-major lower triangle. Only the (i > j) element writes the (j, i) one.
+// count = batch * n * n.
+template <typename T>
+struct MirrorLowerToUpper {
+  T* a;
+  index_t n;
+  GPCHOL_HD void operator()(index_t idx) const {
+    const index_t nn = n * n;
+    const index_t b = idx / nn;
+    const index_t r = idx - b * nn;
+    const index_t i = r / n;
+    const index_t j = r - i * n;
+    if (i > j) a[b * nn + j * n + i] = a[idx];
+  }
+};
+
+// After a column-major LOWER library potrf: its factor sits in the row-major strict upper
+// triangle as L^T; move it to the row-major lower triangle and zero the upper one. Only
+// the (i > j) element touches the pair (i, j), (j, i); the diagonal stays. count =
+// batch * n * n.
+template <typename T>
+struct MoveUpperToLower {
+  T* a;
+  index_t n;
+  GPCHOL_HD void operator()(index_t idx) const {
+    const index_t nn = n * n;
+    const index_t b = idx / nn;
+    const index_t r = idx - b * nn;
+    const index_t i = r / n;
+    const index_t j = r - i * n;
+    if (i > j) {
+      T* up = a + b * nn + j * n + i;
+      a[idx] = *up;
+      *up = T(0);
+    }
+  }
+};
+
 // Final pass of the forward: zero the strict upper triangle, or fill the whole matrix with
 // NaN where the factorization failed. count = batch * n * n.
 template <typename T>
