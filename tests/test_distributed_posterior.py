@@ -137,6 +137,26 @@ def test_one_additive_component(case):
     _close(v, var)
 
 
+def test_covariance_and_samples_match_one_device(case):
+    """The posterior core's covariance and joint samples, which every posterior shares:
+    ``k(Xs, Xs) - Ks^T K^-1 Ks`` (+ noise on the diagonal), and samples equal to the
+    one-device posterior's from the same key."""
+    post, X, Xs = case["post"], case["X"], case["Xs"]
+    if post.setup.grid.Pr != 2:
+        pytest.skip("checked on the 2x4 mesh")
+    k, noise = _kernel(), case["noise"]
+    K = np.asarray(k(X, X)) + np.diag(noise)
+    Ks = np.asarray(k(X, Xs))
+    cov = np.asarray(k(Xs, Xs)) - Ks.T @ np.linalg.solve(K, Ks)
+    _close(post.covariance(Xs), cov)
+    _close(post.covariance(Xs, noise=0.03), cov + 0.03 * np.eye(M))
+    dense = gpchol.GaussianProcess(k, X, noise=noise, mean=post.prior_mean).condition(case["y"])
+    key = jax.random.PRNGKey(3)
+    s = post.sample(key, Xs, 4)
+    assert s.shape == (4, M)
+    _close(s, dense.sample(key, Xs, 4), rtol=1e-7)
+
+
 def test_bad_input(case):
     post, Xs = case["post"], case["Xs"]
     with pytest.raises(ValueError, match=r"Xs has 3 column\(s\).*have 2"):

@@ -43,7 +43,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
 import jax
@@ -57,7 +56,7 @@ from gpchol._linalg import posterior_core as core
 from gpchol._linalg.blocks import trsm
 from gpchol.kernels import Kernel, Sum
 
-__all__ = ["DenseSolver", "Posterior", "additive_terms", "default_block_size"]
+__all__ = ["DenseSolver", "KernelPrior", "Posterior", "additive_terms", "default_block_size"]
 
 default_block_size = core.default_block_size
 
@@ -143,17 +142,12 @@ def _kernel_diag(kernel: Any, x: jax.Array) -> jax.Array:
     return jax.vmap(lambda xi: kernel(xi[None, :], xi[None, :])[0, 0])(x)
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class DenseSolver:
-    """The one-device exact GP for the posterior core: the dense factor ``L`` (n, n) of
-    ``K`` and ``alpha`` (n,); ``V = L^-1 k(X, xb)`` by a triangular solve. Training rows
-    outside the GP's mask get a zero cross-covariance (the factor's identity block there:
-    they change no mean, variance or covariance)."""
+class KernelPrior:
+    """The prior half of a posterior-core solver for a model with a kernel: ``gp.X``,
+    ``gp.kernel`` (or one additive ``part`` of it) and ``gp.mean`` at test inputs. The
+    solvers add their fields (``gp`` first) and ``project``."""
 
     gp: Any
-    L: jax.Array
-    alpha: jax.Array
     outputs: ClassVar[tuple[int, ...]] = ()
     block_multiple: ClassVar[int] = 1
 
@@ -161,18 +155,8 @@ class DenseSolver:
     def inputs(self) -> jax.Array:
         return self.gp.X
 
-    def default_block(self, m: int) -> int:
-        return core.default_block_size(self.L.shape[-1], m)
-
     def _kernel(self, part: Any) -> Any:
         return self.gp.kernel if part is None else part
-
-    def project(self, xb: jax.Array, part: Any, whiten: bool) -> tuple[jax.Array, jax.Array | None]:
-        Ks = self._kernel(part)(self.gp.X.astype(xb.dtype), xb).astype(xb.dtype)  # (n, b)
-        if self.gp.mask is not None:
-            Ks = jnp.where(self.gp.mask[:, None], Ks, jnp.zeros((), Ks.dtype))
-        mu = Ks.T @ self.alpha.astype(xb.dtype)
-        return mu, (trsm(self.L, Ks, left=True) if whiten else None)
 
     def prior_mean(self, xb: jax.Array) -> jax.Array:
         return self.gp.mean(xb)
@@ -184,10 +168,33 @@ class DenseSolver:
         return self._kernel(part)(xs, xs)
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DenseSolver(KernelPrior):
+    """The one-device exact GP for the posterior core: the dense factor ``L`` (n, n) of
+    ``K`` and ``alpha`` (n,); ``V = L^-1 k(X, xb)`` by a triangular solve. Training rows
+    outside the GP's mask get a zero cross-covariance (the factor's identity block there:
+    they change no mean, variance or covariance)."""
+
+    gp: Any
+    L: jax.Array
+    alpha: jax.Array
+
+    def default_block(self, m: int) -> int:
+        return core.default_block_size(self.L.shape[-1], m)
+
+    def project(self, xb: jax.Array, part: Any, whiten: bool) -> tuple[jax.Array, jax.Array | None]:
+        Ks = self._kernel(part)(self.gp.X.astype(xb.dtype), xb).astype(xb.dtype)  # (n, b)
+        if self.gp.mask is not None:
+            Ks = jnp.where(self.gp.mask[:, None], Ks, jnp.zeros((), Ks.dtype))
+        mu = Ks.T @ self.alpha.astype(xb.dtype)
+        return mu, (trsm(self.L, Ks, left=True) if whiten else None)
+
+
 # ------------------------------------------------------------------------ the class
 
 
-class Posterior:
+class Posterior(core.Predictions):
     r"""The posterior of a :class:`GaussianProcess` given ``y`` (from ``gp.condition(y)``).
 
     Every prediction runs as one jitted program (compiled once per shape and option) over
@@ -276,10 +283,7 @@ class Posterior:
         """
         return diagnose_factor(self.L, self.status, self.jitter_used)
 
-    def _args(
-        self, Xs: ArrayLike | None, kernel: Any, block_size: object, **noise: Any
-    ) -> dict[str, Any]:
-        """The core's arguments of one prediction (the model's part of the checks)."""
+    def _core_args(self, Xs: ArrayLike | None, kernel: Any, block_size: object) -> dict[str, Any]:
         if Xs is None and self.gp.mask is not None:
             raise ValueError(
                 "this posterior's training inputs include padded rows (mask); pass the test "
@@ -291,181 +295,11 @@ class Posterior:
             model_noise=self.gp.noise,
             block_size=block_size,
             own_block=self.block_size,
-            **noise,
         )
 
     @property
     def _solver(self) -> DenseSolver:
         return DenseSolver(self.gp, self.L, self.alpha)
-
-    # -------------------------------------------------------------------- predictions
-    def mean_and_variance(
-        self,
-        Xs: ArrayLike | None = None,
-        *,
-        kernel: Any = None,
-        include_noise: bool = False,
-        noise: ArrayLike | None = None,
-        block_size: int | None = None,
-    ) -> tuple[jax.Array, jax.Array]:
-        """Posterior mean and marginal variance in one pass (one cross-covariance per block).
-
-        Args:
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-            kernel: ``None`` (the whole model), or one additive part of the model's kernel:
-                the posterior of that component (no prior mean added).
-            include_noise: add the model's observation-noise variance (a scalar noise,
-                or ``Xs=None`` with per-point noise): the predictive variance of ``y``.
-            noise: the test points' own noise variance, a scalar or ``(m,)`` (implies
-                ``include_noise``).
-            block_size: test points per block (``None``: the posterior's default).
-
-        Returns:
-            ``(mean, variance)``, each ``(m,)``; variances clipped at 0.
-
-        Example:
-            >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
-            >>> post = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1
-            ...                        ).condition(jnp.ones(3))
-            >>> m, v = post.mean_and_variance(jnp.arange(5.0), noise=jnp.full(5, 0.2))
-            >>> m.shape, bool(jnp.all(v >= 0.2))
-            ((5,), True)
-        """
-        args = self._args(Xs, kernel, block_size, noise=noise, include_noise=include_noise)
-        return core.predict(self._solver, Xs, **args)
-
-    def mean(
-        self,
-        Xs: ArrayLike | None = None,
-        *,
-        kernel: Any = None,
-        block_size: int | None = None,
-    ) -> jax.Array:
-        """Posterior mean of the latent function, ``m(Xs) + k(Xs, X) alpha``.
-
-        Arguments as for :meth:`mean_and_variance` (``kernel=k_part``: ``k_part(Xs, X)
-        alpha``, that component's posterior mean). Returns ``(m,)`` posterior means.
-
-        Example:
-            >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
-            >>> post = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1
-            ...                        ).condition(jnp.ones(3))
-            >>> post.mean(jnp.linspace(0.0, 2.0, 7), block_size=3).shape
-            (7,)
-        """
-        args = self._args(Xs, kernel, block_size)
-        return core.predict(self._solver, Xs, want_var=False, **args)[0]
-
-    def variance(
-        self,
-        Xs: ArrayLike | None = None,
-        *,
-        kernel: Any = None,
-        include_noise: bool = False,
-        noise: ArrayLike | None = None,
-        block_size: int | None = None,
-    ) -> jax.Array:
-        """Posterior marginal variance at each test input, ``k(x, x) - ||L^-1 k(X, x)||^2``.
-
-        Arguments as for :meth:`mean_and_variance`. Returns ``(m,)`` variances (the
-        latent part clipped at 0).
-
-        Example:
-            >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
-            >>> post = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1
-            ...                        ).condition(jnp.ones(3))
-            >>> v = post.variance(jnp.array([1.0, 9.0]), noise=jnp.array([0.0, 0.5]))
-            >>> [round(float(x), 2) for x in v]  # far from the data: prior 1 + noise 0.5
-            [0.08, 1.5]
-        """
-        return self.mean_and_variance(
-            Xs, kernel=kernel, include_noise=include_noise, noise=noise, block_size=block_size
-        )[1]
-
-    def covariance(
-        self,
-        Xs: ArrayLike | None = None,
-        *,
-        kernel: Any = None,
-        include_noise: bool = False,
-        noise: ArrayLike | None = None,
-        block_size: int | None = None,
-    ) -> jax.Array:
-        """Posterior covariance, ``k(Xs, Xs) - V^T V`` (``V = L^-1 k(X, Xs)``).
-
-        For a moderate number of test points: the result is ``(m, m)`` and ``V`` is
-        ``(n, m)`` (built block by block).
-
-        Arguments as for :meth:`mean_and_variance` (the noise goes on the diagonal: the
-        covariance of new observations ``y*``). Returns the ``(m, m)`` symmetric covariance.
-
-        Example:
-            >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
-            >>> post = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1
-            ...                        ).condition(jnp.ones(3))
-            >>> post.covariance(jnp.arange(4.0), include_noise=True).shape
-            (4, 4)
-        """
-        args = self._args(Xs, kernel, block_size, noise=noise, include_noise=include_noise)
-        return core.covariance(self._solver, Xs, **args)
-
-    def sample(
-        self,
-        key: jax.Array,
-        Xs: ArrayLike | None = None,
-        num: int = 1,
-        *,
-        kernel: Any = None,
-        include_noise: bool = False,
-        noise: ArrayLike | None = None,
-        jitter: float | Sequence[float] | None = (1e-10, 1e-8, 1e-6),
-        block_size: int | None = None,
-    ) -> jax.Array:
-        """Joint samples from the posterior: of ``f``, or of new observations ``y*``.
-
-        Args:
-            key: a ``jax.random`` key.
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs); ``m = 0`` gives
-                an empty ``(num, 0)`` result.
-            num: number of samples, a non-negative Python int (anything with
-                ``__index__``, not a bool); static.
-            jitter: schedule of diagonal jitter, relative to the largest posterior
-                variance, tried in order when factoring the posterior covariance.
-            kernel, include_noise, noise, block_size: as for :meth:`mean_and_variance`
-                (with noise: samples of ``y* = f + eps``).
-
-        Returns:
-            ``(num, m)`` samples.
-
-        Raises:
-            TypeError: ``num`` is not an integer (e.g. ``2.7``, ``True`` or a traced
-                value).
-            ValueError: ``num`` is negative.
-
-        Example:
-            >>> import jax, jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
-            >>> X = jnp.linspace(0.0, 1.0, 4)
-            >>> post = GaussianProcess(kernels.ExpSquared(0.5), X, noise=1e-2).condition(X)
-            >>> key = jax.random.PRNGKey(0)
-            >>> post.sample(key, jnp.array([0.2, 0.4, 0.9]), 2).shape
-            (2, 3)
-            >>> post.sample(key, jnp.array([0.2, 0.4]), 2, include_noise=True).shape  # y*
-            (2, 2)
-            >>> post.sample(key, jnp.zeros((0, 1)), 2).shape  # no test points
-            (2, 0)
-        """
-        args = self._args(Xs, kernel, block_size, noise=noise, include_noise=include_noise)
-        return core.sample(self._solver, key, Xs, num, jitter=jitter, **args)
 
 
 jax.tree_util.register_pytree_node_class(Posterior)

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -56,7 +56,7 @@ from jax.typing import ArrayLike
 from gpchol._base.errors import NotPositiveDefiniteError
 from gpchol._base.minibatch import positive_int
 from gpchol._base.validate import as_inputs, check_jitter, input_mesh, is_concrete
-from gpchol._gp.posterior import model_part
+from gpchol._gp.posterior import KernelPrior, model_part
 from gpchol._linalg import posterior_core as core
 from gpchol._linalg.blocks import trsm
 from gpchol._linalg.gaussian import LOG_2PI
@@ -607,7 +607,7 @@ jax.tree_util.register_pytree_node_class(SparseGP)
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class SparseSolver:
+class SparseSolver(KernelPrior):
     r"""SGPR's predictive for the posterior core (:mod:`gpchol._linalg.posterior_core`).
 
     With ``Sigma = (Kuu + Kuf Lambda^-1 Kfu)^-1 = Luu^-T B^-1 Luu^-1`` the predictive of
@@ -624,18 +624,9 @@ class SparseSolver:
     Luu: jax.Array
     R: jax.Array
     w: jax.Array
-    outputs: ClassVar[tuple[int, ...]] = ()
-    block_multiple: ClassVar[int] = 1
-
-    @property
-    def inputs(self) -> jax.Array:
-        return self.gp.X
 
     def default_block(self, m: int) -> int:
         return core.default_block_size(self.Luu.shape[-1], m)
-
-    def _kernel(self, part: Any) -> Any:
-        return self.gp.kernel if part is None else part
 
     def project(self, xb: jax.Array, part: Any, whiten: bool) -> tuple[jax.Array, jax.Array | None]:
         Z = self.gp.inducing.astype(xb.dtype)
@@ -645,17 +636,8 @@ class SparseSolver:
             return mu, None
         return mu, self.R.astype(xb.dtype) @ trsm(self.Luu, Kus, left=True)
 
-    def prior_mean(self, xb: jax.Array) -> jax.Array:
-        return self.gp.mean(xb)
 
-    def prior_variance(self, xb: jax.Array, part: Any) -> jax.Array:
-        return self._kernel(part).diag(xb)
-
-    def prior_covariance(self, xs: jax.Array, part: Any) -> jax.Array:
-        return self._kernel(part)(xs, xs)
-
-
-class SparsePosterior:
+class SparsePosterior(core.Predictions):
     """The approximate posterior of a :class:`SparseGP` (from ``gp.condition(y)``).
 
     Holds ``O(M^2)``; predictions run through the posterior core (blocks of test points,
@@ -727,104 +709,13 @@ class SparsePosterior:
     def _solver(self) -> SparseSolver:
         return SparseSolver(self.gp, self.Luu, self.R, self.w)
 
-    def _args(self, kernel: Any, block_size: object) -> dict[str, Any]:
+    def _core_args(self, Xs: ArrayLike | None, kernel: Any, block_size: object) -> dict[str, Any]:
         return dict(
             dtype=self.Luu.dtype,
             part=model_part(self.gp.kernel, kernel),
             model_noise=self.gp.noise,
             block_size=block_size,
         )
-
-    def mean_and_variance(
-        self,
-        Xs: ArrayLike | None = None,
-        *,
-        kernel: Any = None,
-        include_noise: bool = False,
-        noise: ArrayLike | None = None,
-        block_size: int | None = None,
-    ) -> tuple[jax.Array, jax.Array]:
-        """Predictive mean and marginal variance in one pass.
-
-        Args:
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-            kernel: ``None`` (the whole model) or one additive part of its kernel.
-            include_noise: add the model's noise variance (predictive of ``y*``).
-            noise: the test points' own noise variance, a scalar or ``(m,)``.
-            block_size: test points per block (``None``: ``max(2^20, M^2/16) / M``).
-
-        Returns:
-            ``(mean, variance)``, each ``(m,)``; the latent variance clipped at 0.
-        """
-        return core.predict(
-            self._solver, Xs, noise=noise, include_noise=include_noise,
-            **self._args(kernel, block_size),
-        )  # fmt: skip
-
-    def mean(
-        self, Xs: ArrayLike | None = None, *, kernel: Any = None, block_size: int | None = None
-    ) -> jax.Array:
-        """Predictive mean ``m(Xs) + k(Xs, Z) w``, ``(m,)``.
-
-        Example:
-            >>> import jax.numpy as jnp
-            >>> from gpchol import kernels, SparseGP
-            >>> X = jnp.linspace(0.0, 1.0, 10)
-            >>> post = SparseGP(kernels.ExpSquared(), X, inducing=X[:3], noise=0.1).condition(X)
-            >>> post.mean(jnp.zeros((4, 1))).shape
-            (4,)
-        """
-        return core.predict(self._solver, Xs, want_var=False, **self._args(kernel, block_size))[0]
-
-    def variance(
-        self,
-        Xs: ArrayLike | None = None,
-        *,
-        kernel: Any = None,
-        include_noise: bool = False,
-        noise: ArrayLike | None = None,
-        block_size: int | None = None,
-    ) -> jax.Array:
-        """Predictive marginal variance ``k(x, x) - ||R Luu^-1 k(Z, x)||^2``, ``(m,)``
-        (arguments as for :meth:`mean_and_variance`)."""
-        return self.mean_and_variance(
-            Xs, kernel=kernel, include_noise=include_noise, noise=noise, block_size=block_size
-        )[1]
-
-    def covariance(
-        self,
-        Xs: ArrayLike | None = None,
-        *,
-        kernel: Any = None,
-        include_noise: bool = False,
-        noise: ArrayLike | None = None,
-        block_size: int | None = None,
-    ) -> jax.Array:
-        """Predictive covariance ``k(Xs, Xs) - V^T V``, ``(m, m)`` (arguments as for
-        :meth:`mean_and_variance`)."""
-        return core.covariance(
-            self._solver, Xs, noise=noise, include_noise=include_noise,
-            **self._args(kernel, block_size),
-        )  # fmt: skip
-
-    def sample(
-        self,
-        key: jax.Array,
-        Xs: ArrayLike | None = None,
-        num: int = 1,
-        *,
-        kernel: Any = None,
-        include_noise: bool = False,
-        noise: ArrayLike | None = None,
-        jitter: float | tuple[float, ...] | None = (1e-10, 1e-8, 1e-6),
-        block_size: int | None = None,
-    ) -> jax.Array:
-        """``(num, m)`` joint samples of ``f`` (or of ``y*`` with the noise); ``jitter`` is
-        relative to the largest predictive variance (as in :meth:`gpchol.Posterior.sample`)."""
-        return core.sample(
-            self._solver, key, Xs, num, jitter=jitter, noise=noise,
-            include_noise=include_noise, **self._args(kernel, block_size),
-        )  # fmt: skip
 
 
 jax.tree_util.register_pytree_node_class(SparsePosterior)

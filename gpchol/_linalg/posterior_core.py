@@ -49,6 +49,7 @@ from gpchol._linalg.cholesky import factor_with_status
 
 __all__ = [
     "PosteriorSolver",
+    "Predictions",
     "check_block_size",
     "checked_inputs",
     "checked_noise",
@@ -471,3 +472,188 @@ def sample(
     if x.shape[0] == 0:
         return jnp.zeros((k, 0, *solver.outputs), x.dtype)
     return _sample_program(solver, key, x, part, nz, b=b, num=k, jitter=rel)
+
+
+# ------------------------------------------------------------------ the methods
+
+
+class Predictions:
+    """The prediction methods of a Gaussian posterior, written once over the core.
+
+    A posterior class inherits them and supplies ``_solver`` (its
+    :class:`PosteriorSolver`) and ``_core_args(Xs, kernel, block_size)``: the core's
+    ``dtype``, ``part`` (``kernel`` checked as a part of the model's covariance),
+    ``model_noise``, ``block_size`` and ``own_block`` (see :func:`predict`), after the
+    model's own checks of ``Xs``.
+    """
+
+    @property
+    def _solver(self) -> PosteriorSolver:
+        raise NotImplementedError
+
+    def _core_args(self, Xs: ArrayLike | None, kernel: Any, block_size: object) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def mean_and_variance(
+        self,
+        Xs: ArrayLike | None = None,
+        *,
+        kernel: Any = None,
+        include_noise: bool = False,
+        noise: ArrayLike | None = None,
+        block_size: int | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        """Posterior mean and marginal variance in one pass (one cross-covariance per block).
+
+        Args:
+            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
+            kernel: ``None`` (the whole model), or one additive part of the model's
+                covariance: the posterior of that component (no prior mean added).
+            include_noise: add the model's observation-noise variance (a scalar noise,
+                or ``Xs=None`` with per-point noise): the predictive variance of ``y``.
+            noise: the test points' own noise variance, a scalar or ``(m,)`` (implies
+                ``include_noise``).
+            block_size: test points per block (``None``: the posterior's default).
+
+        Returns:
+            ``(mean, variance)``, each ``(m,)``; the latent variance clipped at 0 before
+            the noise is added.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import kernels
+            >>> from gpchol import GaussianProcess
+            >>> post = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1
+            ...                        ).condition(jnp.ones(3))
+            >>> m, v = post.mean_and_variance(jnp.arange(5.0), noise=jnp.full(5, 0.2))
+            >>> m.shape, bool(jnp.all(v >= 0.2))
+            ((5,), True)
+        """
+        args = self._core_args(Xs, kernel, block_size)
+        return predict(self._solver, Xs, noise=noise, include_noise=include_noise, **args)
+
+    def mean(
+        self, Xs: ArrayLike | None = None, *, kernel: Any = None, block_size: int | None = None
+    ) -> jax.Array:
+        """Posterior mean of the latent function at ``Xs``, ``(m,)``.
+
+        Arguments as for :meth:`mean_and_variance` (with ``kernel=k_part``, that
+        component's posterior mean, ``k_part(Xs, X) K^-1 (y - m(X))`` for an exact GP).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import kernels
+            >>> from gpchol import GaussianProcess
+            >>> post = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1
+            ...                        ).condition(jnp.ones(3))
+            >>> post.mean(jnp.linspace(0.0, 2.0, 7), block_size=3).shape
+            (7,)
+        """
+        args = self._core_args(Xs, kernel, block_size)
+        return predict(self._solver, Xs, want_var=False, **args)[0]
+
+    def variance(
+        self,
+        Xs: ArrayLike | None = None,
+        *,
+        kernel: Any = None,
+        include_noise: bool = False,
+        noise: ArrayLike | None = None,
+        block_size: int | None = None,
+    ) -> jax.Array:
+        """Posterior marginal variance at each test input, ``k(x, x) - ||V[:, x]||^2``,
+        ``(m,)`` (arguments as for :meth:`mean_and_variance`).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import kernels
+            >>> from gpchol import GaussianProcess
+            >>> post = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1
+            ...                        ).condition(jnp.ones(3))
+            >>> v = post.variance(jnp.array([1.0, 9.0]), noise=jnp.array([0.0, 0.5]))
+            >>> [round(float(x), 2) for x in v]  # far from the data: prior 1 + noise 0.5
+            [0.08, 1.5]
+        """
+        return self.mean_and_variance(
+            Xs, kernel=kernel, include_noise=include_noise, noise=noise, block_size=block_size
+        )[1]
+
+    def covariance(
+        self,
+        Xs: ArrayLike | None = None,
+        *,
+        kernel: Any = None,
+        include_noise: bool = False,
+        noise: ArrayLike | None = None,
+        block_size: int | None = None,
+    ) -> jax.Array:
+        """Posterior covariance ``k(Xs, Xs) - V^T V``, the ``(m, m)`` symmetric matrix.
+
+        For a moderate number of test points (``V`` is built block by block). Arguments
+        as for :meth:`mean_and_variance`; the noise goes on the diagonal (the covariance
+        of new observations ``y*``).
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import kernels
+            >>> from gpchol import GaussianProcess
+            >>> post = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1
+            ...                        ).condition(jnp.ones(3))
+            >>> post.covariance(jnp.arange(4.0), include_noise=True).shape
+            (4, 4)
+        """
+        args = self._core_args(Xs, kernel, block_size)
+        return covariance(self._solver, Xs, noise=noise, include_noise=include_noise, **args)
+
+    def sample(
+        self,
+        key: jax.Array,
+        Xs: ArrayLike | None = None,
+        num: int = 1,
+        *,
+        kernel: Any = None,
+        include_noise: bool = False,
+        noise: ArrayLike | None = None,
+        jitter: float | tuple[float, ...] | None = (1e-10, 1e-8, 1e-6),
+        block_size: int | None = None,
+    ) -> jax.Array:
+        """Joint samples from the posterior: of ``f``, or of new observations ``y*``.
+
+        Args:
+            key: a ``jax.random`` key.
+            Xs: ``(m, d)`` test inputs (``None``: the training inputs); ``m = 0`` gives
+                an empty ``(num, 0)`` result.
+            num: number of samples, a non-negative Python int (anything with
+                ``__index__``, not a bool); static.
+            jitter: schedule of diagonal jitter, relative to the largest posterior
+                variance, tried in order when factoring the posterior covariance.
+            kernel, include_noise, noise, block_size: as for :meth:`mean_and_variance`
+                (with noise: samples of ``y* = f + eps``).
+
+        Returns:
+            ``(num, m)`` samples.
+
+        Raises:
+            TypeError: ``num`` is not an integer (e.g. ``2.7``, ``True`` or a traced
+                value).
+            ValueError: ``num`` is negative.
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> from gpchol import kernels
+            >>> from gpchol import GaussianProcess
+            >>> X = jnp.linspace(0.0, 1.0, 4)
+            >>> post = GaussianProcess(kernels.ExpSquared(0.5), X, noise=1e-2).condition(X)
+            >>> key = jax.random.PRNGKey(0)
+            >>> post.sample(key, jnp.array([0.2, 0.4, 0.9]), 2).shape
+            (2, 3)
+            >>> post.sample(key, jnp.array([0.2, 0.4]), 2, include_noise=True).shape  # y*
+            (2, 2)
+            >>> post.sample(key, jnp.zeros((0, 1)), 2).shape  # no test points
+            (2, 0)
+        """
+        args = self._core_args(Xs, kernel, block_size)
+        return sample(
+            self._solver, key, Xs, num, jitter=jitter, noise=noise, include_noise=include_noise,
+            **args,
+        )  # fmt: skip

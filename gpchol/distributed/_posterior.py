@@ -60,7 +60,7 @@ def default_block(n: int, P_: int) -> int:
 
 
 @jax.tree_util.register_pytree_node_class
-class ShardedPosterior:
+class ShardedPosterior(core.Predictions):
     r"""The posterior of a GP whose covariance is factored across a mesh.
 
     Returned by :func:`condition`; a pytree (its arrays are children, the static set-up
@@ -158,84 +158,24 @@ class ShardedPosterior:
             f"block_size={self.block_size})"
         )
 
-    def _predict(
-        self, Xs: ArrayLike | None, kernel: Any, block_size: object, **kw: Any
-    ) -> tuple[jax.Array, jax.Array]:
-        """The posterior core's ``(mean, variance)``; ``kernel``: a component's params."""
+    def _core_args(self, Xs: ArrayLike | None, kernel: Any, block_size: object) -> dict[str, Any]:
+        """``kernel``: the parameters of one additive part of the covariance, read by the
+        same block-building function (for a gpchol kernel: the part itself); that it is a
+        part of the model is checked by ``part_check`` where the caller gave one (this
+        layer knows no kernels)."""
         if kernel is not None and self.part_check is not None:
             kernel = self.part_check(kernel)  # None: the part is the whole model
-        return core.predict(
-            ShardedSolver.of(self), Xs, dtype=self.X.dtype, part=kernel, model_noise=self.noise,
-            block_size=block_size, own_block=self.block_size, **kw,
-        )  # fmt: skip
+        return dict(
+            dtype=self.X.dtype,
+            part=kernel,
+            model_noise=self.noise,
+            block_size=block_size,
+            own_block=self.block_size,
+        )
 
-    # ------------------------------------------------------------------- predictions
-    def mean(
-        self, Xs: ArrayLike | None = None, *, kernel: Any = None, block_size: int | None = None
-    ) -> jax.Array:
-        """Posterior mean of the latent function, ``m(Xs) + k(Xs, X) alpha``.
-
-        Args:
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-            kernel: ``None`` (the whole model), or the parameters of one additive part of
-                the covariance (for a gpchol kernel: the part itself), read by the same
-                block-building function: then ``k_part(Xs, X) alpha``, that component's
-                posterior mean (no prior mean added). That it is a part of the model is
-                the caller's to check (this layer knows no kernels).
-            block_size: test points per block (default: the posterior's).
-
-        Returns:
-            ``(m,)`` means, replicated.
-        """
-        return self._predict(Xs, kernel, block_size, want_var=False)[0]
-
-    def mean_and_variance(
-        self,
-        Xs: ArrayLike | None = None,
-        *,
-        kernel: Any = None,
-        include_noise: bool = False,
-        noise: ArrayLike | None = None,
-        block_size: int | None = None,
-    ) -> tuple[jax.Array, jax.Array]:
-        """Posterior mean and marginal variance in one pass (one ``k(X, Xs)`` per block).
-
-        Args:
-            Xs, kernel, block_size: as for :meth:`mean`.
-            include_noise, noise: as for :meth:`variance`.
-
-        Returns:
-            ``(mean, variance)``, each ``(m,)``, replicated.
-        """
-        return self._predict(Xs, kernel, block_size, noise=noise, include_noise=include_noise)
-
-    def variance(
-        self,
-        Xs: ArrayLike | None = None,
-        *,
-        kernel: Any = None,
-        include_noise: bool = False,
-        noise: ArrayLike | None = None,
-        block_size: int | None = None,
-    ) -> jax.Array:
-        """Posterior marginal variance at each test input, ``k(x, x) - v^T v``.
-
-        Args:
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-            kernel: as for :meth:`mean` (the variance of that component given ``y``).
-            include_noise: add the observation-noise variance (the predictive variance of
-                ``y``): the training noise when it is a scalar, or when ``Xs`` is
-                ``None``; with per-point training noise and new inputs, pass ``noise``.
-            noise: the test points' own noise variance, a scalar or ``(m,)``; implies
-                ``include_noise``.
-            block_size: test points per block (default: the posterior's).
-
-        Returns:
-            ``(m,)`` variances (the latent part clipped at 0), replicated.
-        """
-        return self.mean_and_variance(
-            Xs, kernel=kernel, include_noise=include_noise, noise=noise, block_size=block_size
-        )[1]
+    @property
+    def _solver(self) -> ShardedSolver:
+        return ShardedSolver.of(self)
 
 
 def _mean_at(mean: Any, Xs: jax.Array) -> jax.Array:
