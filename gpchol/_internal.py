@@ -25,12 +25,15 @@ that the package's private modules can be rearranged without touching them.
 * ``checkpoint_module``: the checkpoint files of :func:`gpchol.fit` (written and read
   back directly, to pin their format);
 * ``posterior_core_module``: the posterior core's compiled programs (their lowered text,
-  to count what one block holds).
+  to count what one block holds);
+* :class:`Below`: the transform onto ``(-inf, high)`` that the scikit-learn estimator uses
+  for a bound above only.
 """
 
 from gpchol import _persist as persist_module
 from gpchol._base import io
 from gpchol._base import platform as platform_module
+from gpchol._base.transforms import Below
 from gpchol._cpu import ffi as cpu_ffi
 from gpchol._cuda import ffi as cuda_ffi
 from gpchol._fit import batched as fit_batched_module
@@ -49,6 +52,7 @@ from gpchol.distributed import _api as distributed_api
 from gpchol.distributed import _local as distributed_local
 
 __all__ = [
+    "Below",
     "backend",
     "checkpoint_module",
     "cho_inverse_tiled",

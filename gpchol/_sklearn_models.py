@@ -46,7 +46,7 @@ from gpchol import (
     to_constrained,
     to_unconstrained,
 )
-from gpchol._base.transforms import LogPositive
+from gpchol._base.transforms import Below, LogPositive
 from gpchol._sklearn_kernels import Node, Translation, build
 
 __all__ = [
@@ -214,20 +214,6 @@ class SklearnSpace(Space):
         x = np.where(np.isfinite(lo), np.maximum(x, lo + step), x)
         x = np.where(np.isfinite(hi), np.minimum(x, hi - step), x)
         return np.where(lo < hi, x, lo)
-
-
-@dataclasses.dataclass(frozen=True)
-class Below(Transform):
-    """``forward(u) = high - softplus(u)``: onto ``(-inf, high)`` (a bound above only)."""
-
-    high: float
-
-    def forward(self, u: Any) -> jax.Array:
-        return self.high - jax.nn.softplus(jnp.asarray(u))
-
-    def inverse(self, c: Any) -> jax.Array:
-        y = self.high - jnp.asarray(c)
-        return y + jnp.log(-jnp.expm1(-y))
 
 
 def _is_transform(x: Any) -> bool:

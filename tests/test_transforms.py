@@ -13,6 +13,7 @@ from gpchol import (
     to_constrained,
     to_unconstrained,
 )
+from gpchol._internal import Below
 
 
 @pytest.fixture
@@ -26,6 +27,7 @@ TRANSFORMS = [
     pytest.param(Positive(), np.array([1e-6, 0.3, 1.0, 50.0, 1e6]), id="positive"),
     pytest.param(Positive(lower=0.5), np.array([0.5 + 1e-6, 0.6, 3.0, 1e4]), id="positive_lower"),
     pytest.param(Bounded(-1.0, 3.0), np.array([-0.999, -0.5, 1.0, 2.999]), id="bounded"),
+    pytest.param(Below(2.0), np.array([-1e4, -3.0, 1.9, 2.0 - 1e-6]), id="below"),
 ]
 
 
@@ -101,6 +103,7 @@ def test_inverse_works_under_jit_without_checks():
         (Positive(lower=1.0), 0.5, r"value 0\.5 .* must be > 1\.0"),
         (Bounded(0.0, 1.0), 1.0, r"value 1\.0 .* strictly between 0\.0 and 1\.0"),
         (Bounded(0.0, 1.0), -2.0, r"value -2\.0"),
+        (Below(2.0), 2.5, r"value 2\.5 .* must be < 2\.0"),
     ],
 )
 def test_values_outside_the_domain_raise(t, bad, pattern):

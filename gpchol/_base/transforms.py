@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "Below",
     "Bounded",
     "Identity",
     "LogPositive",
@@ -197,11 +198,53 @@ class Positive(Transform):
                     "or use a different transform (Identity(), Positive(lower=...))."
                 )
 
-        def inv(xp: Any, v: Any) -> Any:
-            y = v - self.lower
-            return y + xp.log(-xp.expm1(-y))
+        return _elementwise(c, lambda xp, v: _softplus_inverse(xp, v - self.lower))
 
-        return _elementwise(c, inv)
+
+def _softplus_inverse(xp: Any, y: Any) -> Any:
+    """``log(exp(y) - 1)`` for ``y > 0``, written ``y + log(-expm1(-y))``: no overflow for
+    large ``y``, no cancellation for small ``y``."""
+    return y + xp.log(-xp.expm1(-y))
+
+
+@dataclasses.dataclass(frozen=True)
+class Below(Transform):
+    """``forward(u) = high - softplus(u)``: onto ``(-inf, high)`` (a bound above only), the
+    mirror image of :class:`Positive`.
+
+    Args:
+        high: the (excluded) upper bound of the domain, a finite float.
+
+    Raises:
+        ValueError: from :meth:`inverse` when a concrete value is not ``< high``.
+
+    Example:
+        >>> from gpchol._base.transforms import Below
+        >>> t = Below(2.0)
+        >>> round(float(t.forward(t.inverse(-5.0))), 6)
+        -5.0
+    """
+
+    high: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "high", _check_finite_float(self.high, "Below: high"))
+
+    def forward(self, u: Any) -> jax.Array:
+        """Returns ``high - softplus(u)``, same shape ``(...)`` as ``u``."""
+        return _elementwise(u, lambda xp, v: self.high - _softplus(xp, v))
+
+    def inverse(self, c: Any) -> jax.Array:
+        """Returns the ``u`` with ``forward(u) == c``; ``c`` must be ``< high``."""
+        arr = _concrete(c)
+        if arr is not None:
+            ok = np.asarray(arr < self.high)
+            if not np.all(ok):
+                raise ValueError(
+                    f"{_describe_bad(arr, ok)} is outside the domain of {self!r}: it must be "
+                    f"< {self.high} (and not NaN). Give an initial value inside the domain."
+                )
+        return _elementwise(c, lambda xp, v: _softplus_inverse(xp, self.high - v))
 
 
 @dataclasses.dataclass(frozen=True)
