@@ -156,6 +156,17 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def command_line() -> str:
+    """The command that started this process, as a user would type it again: ``python -m
+    MODULE ARGS`` for a module run with ``-m``, else ``python SCRIPT ARGS``."""
+    python = os.path.basename(sys.executable)
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:
+        module = spec.name.removesuffix(".__main__")
+        return " ".join([python, "-m", module, *sys.argv[1:]])
+    return " ".join([python, *sys.argv])
+
+
 def machine_info() -> dict:
     info = {
         "python": platform.python_version(),
@@ -165,7 +176,7 @@ def machine_info() -> dict:
         "cpus": os.cpu_count(),
         "loadavg": [round(x, 1) for x in os.getloadavg()],
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "command": " ".join([os.path.basename(sys.executable), "-m", "benchmarks", *sys.argv[1:]]),
+        "command": command_line(),
     }
     try:
         import psutil

@@ -705,9 +705,6 @@ def main(argv=None) -> int:
     else:
         out = ROOT / "benchmarks" / "results" / f"cpu-refit-{date}.json"
     info = machine_info()
-    info["command"] = " ".join(
-        [os.path.basename(sys.executable), "-m", "benchmarks.bench_refit", *sys.argv[1:]]
-    )
     print(
         f"bench_refit: {info['processor']}, {info['cpus']} CPUs, load {info['loadavg']}; "
         f"{repeats} repeat(s), fresh processes{' (quick)' if args.quick else ''}"
