@@ -13,6 +13,19 @@
 
 namespace gpchol {
 
+// Entry (i, j) of matrix b for the flat index idx of a batch of n x n matrices: the one
+// index decomposition of the functors below that run over whole matrices.
+struct MatrixEntry {
+  index_t b, i, j;
+};
+GPCHOL_HD MatrixEntry matrix_entry(index_t idx, index_t n) {
+  const index_t nn = n * n;
+  const index_t b = idx / nn;
+  const index_t r = idx - b * nn;
+  const index_t i = r / n;
+  return {b, i, r - i * n};
+}
+
 // ---- forward ------------------------------------------------------------------------
 
 // status[b] = kNoFailure where it is 0 (prepares a running minimum). count = batch.
@@ -67,12 +80,8 @@ struct MirrorLowerToUpper {
   T* a;
   index_t n;
   GPCHOL_HD void operator()(index_t idx) const {
-    const index_t nn = n * n;
-    const index_t b = idx / nn;
-    const index_t r = idx - b * nn;
-    const index_t i = r / n;
-    const index_t j = r - i * n;
-    if (i > j) a[b * nn + j * n + i] = a[idx];
+    const auto [b, i, j] = matrix_entry(idx, n);
+    if (i > j) a[(b * n + j) * n + i] = a[idx];
   }
 };
 
@@ -85,13 +94,9 @@ struct MoveUpperToLower {
   T* a;
   index_t n;
   GPCHOL_HD void operator()(index_t idx) const {
-    const index_t nn = n * n;
-    const index_t b = idx / nn;
-    const index_t r = idx - b * nn;
-    const index_t i = r / n;
-    const index_t j = r - i * n;
+    const auto [b, i, j] = matrix_entry(idx, n);
     if (i > j) {
-      T* up = a + b * nn + j * n + i;
+      T* up = a + (b * n + j) * n + i;
       a[idx] = *up;
       *up = T(0);
     }
@@ -106,11 +111,7 @@ struct FinalizeFactor {
   index_t n;
   const std::int32_t* status;
   GPCHOL_HD void operator()(index_t idx) const {
-    const index_t nn = n * n;
-    const index_t b = idx / nn;
-    const index_t r = idx - b * nn;
-    const index_t i = r / n;
-    const index_t j = r - i * n;
+    const auto [b, i, j] = matrix_entry(idx, n);
     if (status[b] != 0) {
       a[idx] = nan_<T>();
     } else if (j > i) {
@@ -128,9 +129,7 @@ struct ZeroStrictUpper {
   T* a;
   index_t n;
   GPCHOL_HD void operator()(index_t idx) const {
-    const index_t r = idx % (n * n);
-    const index_t i = r / n;
-    const index_t j = r - i * n;
+    const auto [b, i, j] = matrix_entry(idx, n);
     if (j > i) a[idx] = T(0);
   }
 };
@@ -195,13 +194,9 @@ struct SymmetrizeGradient {
   T* g;
   index_t n;
   GPCHOL_HD void operator()(index_t idx) const {
-    const index_t nn = n * n;
-    const index_t b = idx / nn;
-    const index_t r = idx - b * nn;
-    const index_t i = r / n;
-    const index_t j = r - i * n;
+    const auto [b, i, j] = matrix_entry(idx, n);
     if (i > j) {
-      T* m = g + b * nn;
+      T* m = g + b * n * n;
       const T v = T(0.5) * m[i * n + j];
       m[i * n + j] = v;
       m[j * n + i] = v;
