@@ -39,7 +39,8 @@
 //     with A = L L^T. The row-major strict upper triangle is left untouched (zeroed later).
 //     A LOWER potrf reads the column-major lower triangle, the row-major upper one, and
 //     leaves L there column-major, i.e. L^T row-major: the untiled forward mirrors the
-//     input's lower triangle up first and moves the factor down after.
+//     input's lower triangle up first and copies the factor down after (the final pass
+//     zeroes the upper triangle, as on every path).
 #pragma once
 
 #include <algorithm>
@@ -80,7 +81,7 @@ Status potrf_forward(Be& be, const T* in, T* a, std::int32_t* status, index_t ba
     for (index_t b = 0; b < batch; ++b) {
       GPCHOL_RETURN_IF_ERROR(be.potrf_lower(n, a + b * nn, n, status + b));
     }
-    GPCHOL_RETURN_IF_ERROR(be.for_each(batch * nn, MoveUpperToLower<T>{a, n}));
+    GPCHOL_RETURN_IF_ERROR(be.for_each(batch * nn, CopyUpperToLower<T>{a, n}));
   } else {
     GPCHOL_RETURN_IF_ERROR(be.zero(status, sizeof(std::int32_t) * batch));
     void* info_raw = nullptr;

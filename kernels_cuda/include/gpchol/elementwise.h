@@ -86,20 +86,16 @@ struct MirrorLowerToUpper {
 };
 
 // After a column-major LOWER library potrf: its factor sits in the row-major strict upper
-// triangle as L^T; move it to the row-major lower triangle and zero the upper one. Only
-// the (i > j) element touches the pair (i, j), (j, i); the diagonal stays. count =
+// triangle as L^T; copy it to the row-major lower triangle (FinalizeFactor then zeroes the
+// upper one). Only the (i > j) element writes, reading the (j, i) one. count =
 // batch * n * n.
 template <typename T>
-struct MoveUpperToLower {
+struct CopyUpperToLower {
   T* a;
   index_t n;
   GPCHOL_HD void operator()(index_t idx) const {
     const auto [b, i, j] = matrix_entry(idx, n);
-    if (i > j) {
-      T* up = a + (b * n + j) * n + i;
-      a[idx] = *up;
-      *up = T(0);
-    }
+    if (i > j) a[idx] = a[(b * n + j) * n + i];
   }
 };
 
