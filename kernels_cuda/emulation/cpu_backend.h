@@ -111,51 +111,41 @@ class CpuBackend {
   // triangle is read and written. info: 0, or j + 1 for the first pivot that is <= 0 or NaN.
   template <typename T>
   Status potrf_upper(index_t n, T* a, index_t lda, std::int32_t* info) {
+    return potrf_ref(n, a, lda, info, [a, lda](index_t r, index_t c) -> T& {
+      return a[r + c * lda];
+    });
+  }
+
+  // Lower Cholesky A = L L^T (uplo = 'L'): the same loop on L^T = U, whose entry (r, c)
+  // is L's (c, r). Only the lower triangle is read and written; info as for potrf_upper.
+  template <typename T>
+  Status potrf_lower(index_t n, T* a, index_t lda, std::int32_t* info) {
+    return potrf_ref(n, a, lda, info, [a, lda](index_t r, index_t c) -> T& {
+      return a[c + r * lda];
+    });
+  }
+
+  // The unblocked upper Cholesky, row by row of U, with U(r, c) = u(r, c) for r <= c.
+  template <typename T, typename U>
+  Status potrf_ref(index_t n, T* a, index_t lda, std::int32_t* info, U u) {
     GPCHOL_RETURN_IF_ERROR(check_ld(lda, n, "potrf lda"));
     GPCHOL_RETURN_IF_ERROR(check_matrix(a, n, n, lda, "potrf A"));
     GPCHOL_RETURN_IF_ERROR(check_range(info, sizeof(std::int32_t), "potrf info"));
     *info = 0;
     for (index_t j = 0; j < n; ++j) {
-      T s = a[j + j * lda];
-      for (index_t k = 0; k < j; ++k) s -= a[k + j * lda] * a[k + j * lda];
+      T s = u(j, j);
+      for (index_t k = 0; k < j; ++k) s -= u(k, j) * u(k, j);
       if (!(s > T(0))) {
-        a[j + j * lda] = s;
+        u(j, j) = s;
         *info = static_cast<std::int32_t>(j + 1);
         return Status::Ok();
       }
       const T ujj = std::sqrt(s);
-      a[j + j * lda] = ujj;
+      u(j, j) = ujj;
       for (index_t c = j + 1; c < n; ++c) {
-        T t = a[j + c * lda];
-        for (index_t k = 0; k < j; ++k) t -= a[k + j * lda] * a[k + c * lda];
-        a[j + c * lda] = t / ujj;
-      }
-    }
-    return Status::Ok();
-  }
-
-  // Lower Cholesky A = L L^T (LAPACK xPOTRF, uplo = 'L', unblocked). Only the lower
-  // triangle is read and written. info as for potrf_upper.
-  template <typename T>
-  Status potrf_lower(index_t n, T* a, index_t lda, std::int32_t* info) {
-    GPCHOL_RETURN_IF_ERROR(check_ld(lda, n, "potrf lda"));
-    GPCHOL_RETURN_IF_ERROR(check_matrix(a, n, n, lda, "potrf A"));
-    GPCHOL_RETURN_IF_ERROR(check_range(info, sizeof(std::int32_t), "potrf info"));
-    *info = 0;
-    for (index_t j = 0; j < n; ++j) {
-      T s = a[j + j * lda];
-      for (index_t k = 0; k < j; ++k) s -= a[j + k * lda] * a[j + k * lda];
-      if (!(s > T(0))) {
-        a[j + j * lda] = s;
-        *info = static_cast<std::int32_t>(j + 1);
-        return Status::Ok();
-      }
-      const T ljj = std::sqrt(s);
-      a[j + j * lda] = ljj;
-      for (index_t r = j + 1; r < n; ++r) {
-        T t = a[r + j * lda];
-        for (index_t k = 0; k < j; ++k) t -= a[r + k * lda] * a[j + k * lda];
-        a[r + j * lda] = t / ljj;
+        T t = u(j, c);
+        for (index_t k = 0; k < j; ++k) t -= u(k, j) * u(k, c);
+        u(j, c) = t / ujj;
       }
     }
     return Status::Ok();
