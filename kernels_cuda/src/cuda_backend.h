@@ -80,22 +80,22 @@ class XlaScratch {
   // The error's message; the error is destroyed. FFI API 0.4 (jaxlib 0.11) replaced
   // XLA_FFI_Error_GetMessage by XLA_FFI_Error_GetDetails (message and code); the struct
   // holds `error` and `message` under the same names in both.
-  std::string take_message(XLA_FFI_Error* e) const {
 #if XLA_FFI_API_MAJOR > 0 || XLA_FFI_API_MINOR >= 4
-    XLA_FFI_Error_GetDetails_Args get;
-    get.struct_size = XLA_FFI_Error_GetDetails_Args_STRUCT_SIZE;
-    get.extension_start = nullptr;
-    get.error = e;
-    get.message = nullptr;
-    api_->XLA_FFI_Error_GetDetails(&get);
+  using MessageArgs = XLA_FFI_Error_GetDetails_Args;
+  static constexpr size_t kMessageArgsSize = XLA_FFI_Error_GetDetails_Args_STRUCT_SIZE;
+  static constexpr auto kGetMessage = &XLA_FFI_Api::XLA_FFI_Error_GetDetails;
 #else
-    XLA_FFI_Error_GetMessage_Args get;
-    get.struct_size = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE;
+  using MessageArgs = XLA_FFI_Error_GetMessage_Args;
+  static constexpr size_t kMessageArgsSize = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE;
+  static constexpr auto kGetMessage = &XLA_FFI_Api::XLA_FFI_Error_GetMessage;
+#endif
+  std::string take_message(XLA_FFI_Error* e) const {
+    MessageArgs get;
+    get.struct_size = kMessageArgsSize;
     get.extension_start = nullptr;
     get.error = e;
     get.message = nullptr;
-    api_->XLA_FFI_Error_GetMessage(&get);
-#endif
+    (api_->*kGetMessage)(&get);
     std::string text = get.message != nullptr ? get.message : "(no message)";
     XLA_FFI_Error_Destroy_Args destroy;
     destroy.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
