@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers import backend_compiles
 
-from gpchol import GaussianProcess, Positive, fit, kernels
+from gpchol import GaussianProcess, Positive, SparseGP, fit, kernels
 from gpchol._internal import fit_batched_module
 from gpchol._internal import fit_programs_module as programs
 
@@ -329,6 +329,42 @@ def test_predictions_at_a_varying_number_of_points_compile_once(rng) -> None:
         ref = amp - np.sum(Ks * np.linalg.solve(K, Ks), axis=0)
         np.testing.assert_allclose(np.asarray(var), ref, rtol=1e-8, atol=1e-12)
         assert mu.shape == var.shape == (m,)
+
+
+# ------------------------------------------------------------------- eager calls
+
+
+def _eager_models(rng, n):
+    X, y = _data(rng, n)
+    Z = X[:: max(1, n // 6)]
+    return [
+        (lambda p: GaussianProcess(p[0] * kernels.ExpSquared(p[1]), X, noise=p[2]), y),
+        (lambda p: SparseGP(p[0] * kernels.ExpSquared(p[1]), X, inducing=Z, noise=p[2]), y),
+    ]
+
+
+@pytest.mark.parametrize("model", [0, 1], ids=["exact", "sgpr"])
+def test_eager_likelihood_and_gradient_compile_once_per_structure(rng, model) -> None:
+    """Called eagerly (no jit of the caller's), the likelihood and its gradient run as
+    compiled programs of their own: a second call with new parameter values and new data
+    of the same shapes compiles nothing, and gives the same numbers as the caller's jit."""
+    first = [jnp.asarray(v) for v in (1.2, 0.8, 0.1)]
+    build, y = _eager_models(rng, 24)[model]
+
+    def loss(p, build=build, y=y):
+        m = build(p)
+        return m.log_marginal_likelihood(y) if model == 0 else m.elbo(y)
+
+    loss(first), jax.grad(loss)(first)  # the structure's programs
+    build, y = _eager_models(rng, 24)[model]  # new data, same shapes
+    p = [jnp.asarray(v) for v in (0.7, 1.3, 0.05)]
+    out: list = []
+    names = backend_compiles(lambda: out.append((loss(p, build, y), jax.grad(loss)(p, build, y))))
+    assert names == [], names
+    value, grad = out[0]
+    jv, jg = jax.jit(lambda q: (loss(q, build, y), jax.grad(loss)(q, build, y)))(p)
+    np.testing.assert_allclose(float(value), float(jv), rtol=1e-12)
+    np.testing.assert_allclose(np.stack(grad), np.stack(jg), rtol=1e-10)
 
 
 # ------------------------------------------------------------- padded training points

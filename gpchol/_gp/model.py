@@ -534,6 +534,11 @@ class GaussianProcess:
             >>> int(d.status), bool(d.singular), bool(d.rcond > 100 * d.threshold)
             (0, False, True)
         """
+        if input_mesh(self.X) is not None:
+            return self._diagnostics_of()
+        return _diagnostics_jit(self)
+
+    def _diagnostics_of(self) -> GPDiagnostics:
         L, status, used = self.factor()
         return diagnose_factor(L, status, used, self.mask)
 
@@ -630,10 +635,13 @@ class GaussianProcess:
         return value, status
 
     def _lml_with_status(self, y: ArrayLike) -> tuple[jax.Array, jax.Array]:
-        r = self._residual(y)
         mesh = input_mesh(self.X)
         if mesh is not None:
-            return self._sharded_lml(r, mesh)
+            return self._sharded_lml(self._residual(y), mesh)
+        return _lml_jit(self, jnp.asarray(y))
+
+    def _lml_of(self, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+        r = self._residual(y)
         if self.n == 0:
             return jnp.zeros((), r.dtype), jnp.zeros((), jnp.int32)
         # k(X, X) is read by its lower triangle (kernels are symmetric)
@@ -785,3 +793,10 @@ class GaussianProcess:
 
 
 jax.tree_util.register_pytree_node_class(GaussianProcess)
+
+# One program per model structure and shapes when called eagerly or under an eager
+# jax.grad (each operation would otherwise compile a small program of its own, and an
+# eager lax.cond closing over the data one per call); inlined into a caller's jit, so
+# the caller's program is the one it was without them.
+_lml_jit = jax.jit(GaussianProcess._lml_of, inline=True)
+_diagnostics_jit = jax.jit(GaussianProcess._diagnostics_of, inline=True)

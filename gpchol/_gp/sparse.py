@@ -475,6 +475,11 @@ class SparseGP:
 
     def _bound(self, y: ArrayLike) -> tuple[jax.Array, ...]:
         r = self._residual(y)
+        if input_mesh(self.X) is None:
+            return _bound_jit(self, r)
+        return self._bound_of(r)
+
+    def _bound_of(self, r: jax.Array) -> tuple[jax.Array, ...]:
         Luu, status, used = self.factor(r.dtype)
         stats = self._stats(Luu, r)
         value, LB, c = bound_from_stats(stats, self.n)
@@ -598,6 +603,10 @@ def _condition_jit(gp: SparseGP, y: jax.Array) -> tuple[jax.Array, ...]:
 
 
 jax.tree_util.register_pytree_node_class(SparseGP)
+
+# One program per model structure and shapes when called eagerly or under an eager
+# jax.grad; inlined into a caller's jit (see gpchol/_gp/model.py's _lml_jit).
+_bound_jit = jax.jit(SparseGP._bound_of, inline=True)
 
 
 # ----------------------------------------------------------------------------------------

@@ -1094,7 +1094,13 @@ class White(_ActiveDimsKernel, auto_dataclass=False):
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         a = select_columns(x1, self.active_dims)
         b = select_columns(x2, self.active_dims)
-        same = jnp.all(a[:, None, :] == b[None, :, :], axis=-1)
+        d = a.shape[1]
+        if d == 0 or d > _UNROLL_MAX_DIM:
+            same = jnp.all(a[:, None, :] == b[None, :, :], axis=-1)
+        else:  # column by column, as dimsum: no (n1, n2, d) comparison to reduce
+            same = a[:, None, 0] == b[None, :, 0]
+            for k in range(1, d):
+                same = same & (a[:, None, k] == b[None, :, k])
         return jnp.where(same, as_param(self.variance, a.dtype), jnp.zeros((), a.dtype))
 
     def _diag(self, x: jax.Array) -> jax.Array:
