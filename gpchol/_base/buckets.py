@@ -7,8 +7,8 @@ change no result: masked training rows, discarded test rows) they share one prog
 
 Example:
     >>> from gpchol._base.buckets import bucket_size
-    >>> bucket_size(33), bucket_size(513), bucket_size(100, 7), bucket_size(100, False)
-    (64, 544, 105, 100)
+    >>> bucket_size(33), bucket_size(257), bucket_size(513), bucket_size(100, 7)
+    (64, 264, 528, 105)
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ def bucket_size(n: int, bucket: bool | int = True) -> int:
 
     Args:
         n: the number of training points.
-        bucket: ``True``: multiples of 32 up to 512, then multiples of ``2^(k-4)`` for
-            ``2^k <= n < 2^(k+1)`` (at most 1/16 of ``n`` added) up to
-            :data:`BUCKET_MAX_N`, ``n`` itself above; ``False``: ``n``; an int ``m``:
-            the next multiple of ``m``.
+        bucket: ``True``: multiples of 32 up to 256 (where a step's time is mostly not
+            the factorization's, so a padded row costs little next to a compile), then
+            multiples of ``2^(k-5)`` for ``2^k <= n < 2^(k+1)`` (at most 1/32 of ``n``
+            added, the cubic work at most ~10% more) up to :data:`BUCKET_MAX_N`, ``n``
+            itself above; ``False``: ``n``; an int ``m``: the next multiple of ``m``.
+            Measured cost at the edges: ``benchmarks/bench_buckets.py``.
 
     Returns:
         The bucket's size, ``>= n``.
@@ -42,7 +44,7 @@ def bucket_size(n: int, bucket: bool | int = True) -> int:
     if bucket is True:
         if n > BUCKET_MAX_N:
             return n
-        step = 32 if n <= 512 else 2 ** (int(n).bit_length() - 5)
+        step = 32 if n <= 256 else 2 ** (int(n).bit_length() - 6)
     else:
         step = int(bucket)
     return -(-n // step) * step

@@ -226,7 +226,7 @@ def fit(
             (``y`` given) fingerprint ``y`` and the model built at ``params`` (inputs,
             noise, kernel and mean types) themselves.
         bucket: pad the training points of a :class:`~gpchol.GaussianProcess` to a size
-            bucket (``True``: multiples of 32 up to 512, then at most 1/16 more rows, no
+            bucket (``True``: multiples of 32 up to 256, then at most 1/32 more rows, no
             padding above 4096 points; an int ``m``: a multiple of ``m``; ``False``: no
             padding). Padded rows are masked (an identity row and column, a zero
             residual): value, gradient and optimum are those of the unpadded data, and

@@ -32,7 +32,7 @@ but fall in one bucket share one compiled step.
 Example:
     >>> from gpchol._fit.programs import bucket_size
     >>> [bucket_size(n) for n in (1, 32, 33, 400, 513, 1100, 5000)]
-    [32, 32, 64, 416, 544, 1152, 5000]
+    [32, 32, 64, 400, 528, 1120, 5000]
 """
 
 from __future__ import annotations
