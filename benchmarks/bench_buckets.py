@@ -1,7 +1,7 @@
 """What a size bucket costs: one value-and-gradient step padded to its bucket against the
 same step at the unpadded size, at the worst edges (``n`` one above a bucket boundary).
 
-``gpchol.fit`` pads the training points up to its size bucket (gpchol/_base/buckets.py) (the
+``gpchol.fit`` pads the training points up to its size bucket (``bucket_size`` in gpchol/_base/buckets.py) (the
 padded rows masked out) so that fits of nearby sizes share one compiled program. The
 padded step does the work of the bucket's size; this prints the time ratio ``padded /
 unpadded`` of ``jit(value_and_grad)`` of the negative log marginal likelihood
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
 
-    from gpchol._base.buckets import bucket_size
+    from gpchol._internal import fit_programs_module
 
     d = args.d
     loss = _loss(d)
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"{'(b/n)^2':>8}"
     )
     for n in (int(s) for s in args.sizes.split(",")):
-        b = bucket_size(n)
+        b = fit_programs_module.bucket_size(n)
         X = rng.standard_normal((b, d))
         y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(b)
         mask = np.arange(b) < n
