@@ -1,8 +1,9 @@
 """What a size bucket costs: one value-and-gradient step padded to its bucket against the
 same step at the unpadded size, at the worst edges (``n`` one above a bucket boundary).
 
-``gpchol.fit`` pads the training points up to its size bucket (``bucket_size`` in gpchol/_base/buckets.py) (the
-padded rows masked out) so that fits of nearby sizes share one compiled program. The
+``gpchol.fit`` pads the training points up to their size bucket (``bucket_size`` in
+``gpchol/_base/buckets.py``; the padded rows masked out) so that fits of nearby sizes
+share one compiled program. The
 padded step does the work of the bucket's size; this prints the time ratio ``padded /
 unpadded`` of ``jit(value_and_grad)`` of the negative log marginal likelihood
 (amplitude * ARD ExpSquared + White and a noise variance, ``d`` inputs, float64, the
