@@ -45,12 +45,11 @@ import math
 import os
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from gpchol._base.transforms import to_constrained, to_unconstrained
 from gpchol._base.validate import check_fit_settings
@@ -75,6 +74,9 @@ from gpchol._fit.programs import check_bucket, gp_program, loss_program
 from gpchol._fit.progress import ProgressLine
 from gpchol._fit.signals import SignalGuard
 from gpchol._fit.state import FitState, StartRecord, canonical, default_key_data, key_data
+
+if TYPE_CHECKING:
+    import optax
 
 __all__ = ["FitResult", "fit"]
 

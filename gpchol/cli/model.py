@@ -22,12 +22,12 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import math
 from typing import Any, NoReturn
 
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 import gpchol
 from gpchol import FitResult, GaussianProcess
@@ -84,7 +84,7 @@ def data_hash(X: np.ndarray, y: np.ndarray) -> str:
 
 def versions() -> dict[str, str]:
     """The versions a model file records (gpchol, JAX, optax, NumPy, Python)."""
-    return saved_versions() | {"optax": optax.__version__}
+    return saved_versions() | {"optax": importlib.metadata.version("optax")}
 
 
 def _as_list(v: Any) -> Any:
