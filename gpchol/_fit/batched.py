@@ -76,7 +76,7 @@ from gpchol._fit.objective import (
 )
 from gpchol._fit.progress import ProgressLine
 from gpchol._fit.signals import SignalGuard
-from gpchol._fit.state import FitState, canonical
+from gpchol._fit.state import FitState, canonical, next_stall
 
 if TYPE_CHECKING:
     import optax
@@ -370,9 +370,8 @@ def _make_runner(
             u2, s2, v, grad_ok = step(c["u"], c["s"])
             v = v.astype(c["prev"].dtype)
             ok = jnp.isfinite(v) & grad_ok
-            change = jnp.abs(c["prev"] - v)
-            small = (c["k"] > 0) & (change <= tol * jnp.maximum(1.0, jnp.abs(v)))
-            stall = jnp.where(small, c["stall"] + 1, 0).astype(jnp.int32)
+            # prev is NaN before a problem's first step: no change, the count stays 0
+            stall = next_stall(c["stall"], c["prev"], v, tol).astype(jnp.int32)
             k = c["k"] + 1
             code = jnp.where(stall >= patience, CONVERGED, jnp.where(k >= steps, STEPS, RUNNING))
             return {

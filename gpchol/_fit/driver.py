@@ -73,7 +73,14 @@ from gpchol._fit.objective import (
 from gpchol._fit.programs import check_bucket, gp_program, loss_program
 from gpchol._fit.progress import ProgressLine
 from gpchol._fit.signals import SignalGuard
-from gpchol._fit.state import FitState, StartRecord, canonical, default_key_data, key_data
+from gpchol._fit.state import (
+    FitState,
+    StartRecord,
+    canonical,
+    default_key_data,
+    key_data,
+    next_stall,
+)
 
 if TYPE_CHECKING:
     import optax
@@ -489,10 +496,7 @@ def _check_stop(plan: FitPlan, state: FitState, prev: float | None, v: float) ->
         params = to_constrained(state.last_good, plan.transforms)
         if plan.callback(state.step, params, v) is True:
             state.stop("callback", f"stopped by the callback after {state.step} steps.")
-    if prev is not None and abs(prev - v) <= plan.tol * max(1.0, abs(v)):
-        state.stall += 1
-    else:
-        state.stall = 0
+    state.stall = int(next_stall(state.stall, math.nan if prev is None else prev, v, plan.tol))
     if not state.done and state.stall >= plan.patience:
         state.stop(
             "converged",

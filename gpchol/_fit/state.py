@@ -27,10 +27,37 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["FitState", "StartRecord", "Stopped", "canonical", "key_data"]
+__all__ = ["FitState", "StartRecord", "Stopped", "canonical", "key_data", "next_stall"]
 
 Stopped = Literal["converged", "nonfinite", "callback", "steps"]
 """Why a start stopped."""
+
+
+def next_stall(stall: Any, prev: Any, value: Any, tol: float) -> Any:
+    """The stopping rule of :func:`gpchol.fit` and :func:`gpchol.fit_batched`: how many
+    steps in a row have changed the loss by at most ``tol`` relative to ``max(1, |f_k|)``.
+
+    A fit stops as converged once this reaches its ``patience``. Written once for the
+    Python loop (floats) and the compiled one (JAX arrays, one per problem).
+
+    Args:
+        stall: the count before this step.
+        prev: the loss before this step, ``f_{k-1}`` (NaN before the first step: no change
+            to measure, the count restarts at 0).
+        value: the loss after it, ``f_k``.
+        tol: the relative tolerance.
+
+    Returns:
+        The new count, ``stall + 1`` or ``0`` (NumPy for floats, JAX for JAX arrays).
+
+    Example:
+        >>> from gpchol._fit.state import next_stall
+        >>> int(next_stall(2, 10.0, 10.0 - 1e-12, 1e-9)), int(next_stall(2, 10.0, 9.0, 1e-9))
+        (3, 0)
+    """
+    xp = jnp if isinstance(value, jax.Array) or isinstance(prev, jax.Array) else np
+    small = xp.abs(prev - value) <= tol * xp.maximum(1.0, xp.abs(value))
+    return xp.where(small, stall + 1, 0)
 
 
 @dataclasses.dataclass
