@@ -5,6 +5,8 @@
   environment or enables x64).
 * float64 is enabled for the tests; the docstring examples run in JAX's default
   configuration (float32), as a user would run them.
+* JAX's persistent compilation cache is on for the session (below), in
+  ``.jax-test-cache/``: a rerun compiles only what changed.
 * Docstring examples of the public API (the objects in the ``__all__`` of ``gpchol`` and
   of its public submodules, their methods, and those modules' own docstrings) run in every
   tier; the examples of private helpers are marked ``slow``: each compiles its own XLA
@@ -25,6 +27,21 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+
+# A persistent compilation cache for the test session: XLA compilation is most of the
+# suite's time (each test compiles its own small programs), and a rerun reads back the
+# programs of the code it has not changed (a changed program has a new key: it is compiled
+# again, never served stale). The directory is `.jax-test-cache/` at the repository's
+# root, or the one GPCHOL_TEST_JAX_CACHE names ("off": no cache). Tests of the cache
+# settings themselves turn it off (`without_session_jax_cache` in tests/conftest.py).
+_test_cache = os.environ.get(
+    "GPCHOL_TEST_JAX_CACHE",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), ".jax-test-cache"),
+)
+if _test_cache.lower() not in ("", "0", "off"):
+    jax.config.update("jax_compilation_cache_dir", _test_cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 @pytest.fixture(autouse=True)

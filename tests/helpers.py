@@ -38,7 +38,9 @@ def lapack_info(a):
 
 def backend_compiles(run) -> list[str]:
     """Names of the XLA programs compiled (by the backend) while ``run()`` runs, from JAX's
-    monitoring events; a program read back from a compilation cache is not counted."""
+    monitoring events. A program read back from the session's persistent compilation
+    cache counts too (JAX reports the read inside the same event): what is counted is each
+    program that JAX's in-memory caches did not hold."""
     import jax
 
     names: list[str] = []

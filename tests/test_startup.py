@@ -24,6 +24,9 @@ from gpchol._internal import fit_programs_module
 from gpchol.cli import main
 from gpchol.cli.cache import ENV_VAR, CompileClock, compilation_cache, resolve_cache_dir
 
+# gpchol's cache settings are tested from a session without the test suite's own cache
+pytestmark = pytest.mark.usefixtures("without_session_jax_cache")
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
