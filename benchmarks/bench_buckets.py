@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -118,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         from benchmarks._common import machine_info, versions
 
-        record.update(machine=machine_info(), versions=versions(), argv=sys.argv)
+        record.update(machine=machine_info(), versions=versions())
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
         print(f"wrote {args.json}")
     return record

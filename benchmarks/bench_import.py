@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         from benchmarks._common import machine_info
 
-        record.update(machine=machine_info(), argv=sys.argv)
+        record.update(machine=machine_info())
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
         print(f"wrote {args.json}")
     return record
