@@ -39,9 +39,9 @@ _test_cache = os.environ.get(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), ".jax-test-cache"),
 )
 if _test_cache.lower() not in ("", "0", "off"):
-    jax.config.update("jax_compilation_cache_dir", _test_cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    import gpchol
+
+    gpchol.enable_compile_cache(_test_cache)  # every program cached, however quick
 
 
 @pytest.fixture(autouse=True)
