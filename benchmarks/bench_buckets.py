@@ -3,13 +3,13 @@ same step at the unpadded size, at the worst edges (``n`` one above a bucket bou
 
 ``gpchol.fit`` pads the training points up to their size bucket (``bucket_size`` in
 ``gpchol/_base/buckets.py``; the padded rows masked out) so that fits of nearby sizes
-share one compiled program. The
-padded step does the work of the bucket's size; this prints the time ratio ``padded /
-unpadded`` of ``jit(value_and_grad)`` of the negative log marginal likelihood
-(amplitude * ARD ExpSquared + White and a noise variance, ``d`` inputs, float64, the
-parameters on the log scale), and the ratio of the covariance's entries ``(b / n)^2``
-(the step's memory above the inputs). Both programs are compiled before timing; the
-ratio is the median of the per-repeat ratios, the two run in turn in each repeat.
+share one compiled program. The padded step does the work of the bucket's size; this
+prints the time ratio ``padded / unpadded`` of ``jit(value_and_grad)`` of the negative
+log marginal likelihood (amplitude * ARD ExpSquared + White and a noise variance, ``d``
+inputs, float64, the parameters on the log scale), and the ratio of the covariance's
+entries ``(b / n)^2`` (the step's memory above the inputs). Both programs are compiled
+before timing; the ratio is the median of the per-repeat ratios, the two run in turn in
+each repeat.
 
 Usage::
 
