@@ -26,6 +26,8 @@ that the package's private modules can be rearranged without touching them.
   back directly, to pin their format);
 * ``posterior_core_module``: the posterior core's compiled programs (their lowered text,
   to count what one block holds);
+* ``triangular``: the triangular solve and Cholesky primitives every one-device path
+  calls (batches run one matrix after another on the CPU);
 * :class:`Below`: the transform onto ``(-inf, high)`` that the scikit-learn estimator uses
   for a bound above only.
 """
@@ -46,6 +48,7 @@ from gpchol._linalg import host_lapack
 from gpchol._linalg import posterior_core as posterior_core_module
 from gpchol._linalg.backends import backend
 from gpchol._linalg.blocks import default_tile_size
+from gpchol._linalg import triangular
 from gpchol._linalg.tiled import cho_inverse_tiled
 from gpchol._routing import maybe_sharded_cholesky
 from gpchol.distributed import _api as distributed_api
@@ -72,4 +75,5 @@ __all__ = [
     "posterior_core_module",
     "posterior_module",
     "sparse_module",
+    "triangular",
 ]

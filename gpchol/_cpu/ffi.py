@@ -17,9 +17,10 @@ Contract used by :mod:`gpchol._linalg`:
 * :func:`chol_solve` -- ``(L, alpha, quad, logdet, status)``, ``K`` factored in place;
 * :func:`potri` -- ``A^-1`` from a factor, in place;
 * :func:`potrf_info` -- LAPACK ``potrf``'s ``info`` of the masked matrices (the status
-  search).
+  search);
+* :func:`trsm` -- a stack of triangular solves, one after another on the calling thread.
 
-All three are traceable (``jit``, ``vmap``: the batch dimensions are looped over inside
+All four are traceable (``jit``, ``vmap``: the batch dimensions are looped over inside
 the handler, ``vmap_method="broadcast_all"``); none is differentiable by itself.
 """
 
@@ -43,6 +44,7 @@ __all__ = [
     "library_path",
     "potrf_info",
     "potri",
+    "trsm",
 ]
 
 _STEM = "_lapack_ffi"
@@ -50,7 +52,7 @@ _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 
 TARGETS = tuple(
     f"gpchol_cpu_{op}_{suffix}"
-    for op in ("chol_solve", "potri", "potrf_info")
+    for op in ("chol_solve", "potri", "potrf_info", "trsm")
     for suffix in ("f32", "f64")
 )
 """The FFI targets of the library, all registered for the ``"cpu"`` platform."""
@@ -349,3 +351,40 @@ def potrf_info(a: jax.Array, mask: jax.Array, *, split_above: int = SPLIT_ABOVE)
         jnp.broadcast_to(jnp.asarray(mask, bool), a.shape[:-2]),
         split_above=_order_bound(split_above),
     )
+
+
+def trsm(a: jax.Array, b: jax.Array, *, left: bool, lower: bool, transpose: bool) -> jax.Array:
+    """Solve ``op(a) x = b`` (``left``) or ``x op(a) = b`` for each matrix, by BLAS ``trsm``.
+
+    The batch is looped over on the calling thread (jaxlib 0.10.2's batched kernels hand
+    it to XLA's thread pool and wait, which deadlocks when as many run at once as the pool
+    has threads; see ``lapack_ffi.cc``). Both operands are declared column-major, as
+    jaxlib's own triangular solve declares them, so XLA lays them out the same way.
+
+    Args:
+        a: ``(..., k, k)`` triangular (only the triangle named by ``lower`` is read), or
+            ``(k, k)`` for every right-hand side.
+        b: ``(..., m, p)``, with ``k = m`` (``left``) or ``k = p``.
+        left: solve from the left.
+        lower: ``a`` is lower triangular.
+        transpose: ``op(a) = a^T`` (else ``a``).
+
+    Returns:
+        ``x``, shaped like ``b``, in ``b``'s buffer.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from gpchol._cpu.ffi import trsm
+        >>> a = jnp.array([[2.0, 0.0], [1.0, 1.0]])
+        >>> trsm(a, jnp.array([[2.0], [3.0]]), left=True, lower=True, transpose=False).tolist()
+        [[1.0], [2.0]]
+    """
+    call = jax.ffi.ffi_call(
+        _target("trsm", b.dtype),
+        jax.ShapeDtypeStruct(b.shape, b.dtype),
+        input_output_aliases={1: 0},
+        vmap_method="broadcast_all",
+        input_layouts=[_column_major(a.ndim), _column_major(b.ndim)],
+        output_layouts=_column_major(b.ndim),
+    )
+    return call(a, b, left=bool(left), lower=bool(lower), transpose=bool(transpose))

@@ -12,6 +12,9 @@
 //   gpchol_cpu_potri_{f32,f64}        factor (..., n, n) -> A^-1, in place (aliased).
 //   gpchol_cpu_potrf_info_{f32,f64}   a (..., n, n), mask (...) -> LAPACK potrf's info for
 //       each masked matrix (0 for the others, which are not read): the status search.
+//   gpchol_cpu_trsm_{f32,f64}         a (..., k, k) or (k, k), b (..., m, p), left, lower,
+//       transpose -> the solution of op(a) x = b (left) or x op(a) = b, in b's buffer;
+//       both column-major, as jaxlib's own triangular solve declares them.
 //
 // Batch dimensions are looped over here, so vmap adds no per-element call.
 //
@@ -600,6 +603,53 @@ ffi::Error PotrfInfoImpl(ffi::Buffer<D> a, ffi::Buffer<ffi::PRED> mask,
   return ffi::Error::Success();
 }
 
+// ---- trsm: a stack of triangular solves, one BLAS call after another --------------------
+//
+// jaxlib 0.10.2's own batched CPU kernels (its triangular solve and Cholesky) hand the
+// matrices of a batch to XLA's intra-op thread pool and block until they are done; when XLA
+// runs as many such calls at once as the pool has threads (two on a 2-core machine, e.g.
+// the two posterior draws of a vmapped predictive), every thread waits for work that no
+// thread is free to run, for ever. This loop stays on the calling thread.
+
+template <typename T, ffi::DataType D>
+ffi::Error TrsmImpl(ffi::Buffer<D> a, ffi::Buffer<D> b, ffi::ResultBuffer<D> x, bool left,
+                    bool lower, bool transpose) {
+  TrsmFn<T>* trsm = Routines<T>::blas3().trsm;
+  if (trsm == nullptr) return NotReady();
+  Stack s;
+  if (auto err = SquareStack(a.dimensions(), "a", &s); err.failure()) return err;
+  auto bd = b.dimensions();
+  if (bd.size() < 2) {
+    return ffi::Error::InvalidArgument("gpchol_cpu: b must have shape (..., m, p)");
+  }
+  const int64_t rows = bd[bd.size() - 2], cols = bd[bd.size() - 1];
+  int64_t batch = 1;
+  for (size_t i = 0; i + 2 < bd.size(); ++i) batch *= bd[i];
+  if ((left ? rows : cols) != s.n || (s.batch != batch && s.batch != 1)) {
+    return ffi::Error::InvalidArgument(
+        "gpchol_cpu: a's order or batch does not match b's (a is broadcast only from one "
+        "matrix)");
+  }
+  if (rows > std::numeric_limits<int>::max() || cols > std::numeric_limits<int>::max()) {
+    return ffi::Error::InvalidArgument("gpchol_cpu: b is too large for 32-bit BLAS");
+  }
+  T* out = x->typed_data();
+  if (out != b.typed_data()) std::memcpy(out, b.typed_data(), sizeof(T) * batch * rows * cols);
+  if (rows == 0 || cols == 0) return ffi::Error::Success();
+  // Column-major buffers: BLAS reads them as they are.
+  char side = left ? 'L' : 'R', uplo = lower ? 'L' : 'U', trans = transpose ? 'T' : 'N';
+  char diag = 'N';
+  int m = AsInt(rows), p = AsInt(cols), lda = std::max(AsInt(s.n), 1), ldb = std::max(m, 1);
+  T one = T(1);
+  const int64_t a_step = s.batch == 1 ? 0 : s.n * s.n;
+  T* ap = const_cast<T*>(a.typed_data());
+  for (int64_t i = 0; i < batch; ++i) {
+    trsm(&side, &uplo, &trans, &diag, &m, &p, &one, ap + i * a_step, &lda, out + i * rows * cols,
+         &ldb);
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 // ---- exported symbols -----------------------------------------------------------------
@@ -685,9 +735,22 @@ GPCHOL_EXPORT int gpchol_cpu_set_threads(void* get, void* set) {
                                     .Ret<ffi::Buffer<ffi::S32>>()  \
                                     .Attr<int64_t>("split_above"))
 
+#define GPCHOL_TRSM(NAME, T, D)                              \
+  GPCHOL_HANDLER_EXPORT(NAME);                               \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, (TrsmImpl<T, D>),      \
+                                ffi::Ffi::Bind()             \
+                                    .Arg<ffi::Buffer<D>>()   \
+                                    .Arg<ffi::Buffer<D>>()   \
+                                    .Ret<ffi::Buffer<D>>()   \
+                                    .Attr<bool>("left")      \
+                                    .Attr<bool>("lower")     \
+                                    .Attr<bool>("transpose"))
+
 GPCHOL_CHOL_SOLVE(gpchol_cpu_chol_solve_f32, float, ffi::F32);
 GPCHOL_CHOL_SOLVE(gpchol_cpu_chol_solve_f64, double, ffi::F64);
 GPCHOL_POTRI(gpchol_cpu_potri_f32, float, ffi::F32);
 GPCHOL_POTRI(gpchol_cpu_potri_f64, double, ffi::F64);
 GPCHOL_POTRF_INFO(gpchol_cpu_potrf_info_f32, float, ffi::F32);
 GPCHOL_POTRF_INFO(gpchol_cpu_potrf_info_f64, double, ffi::F64);
+GPCHOL_TRSM(gpchol_cpu_trsm_f32, float, ffi::F32);
+GPCHOL_TRSM(gpchol_cpu_trsm_f64, double, ffi::F64);

@@ -63,6 +63,7 @@ from gpchol._base.validate import (
 from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
 from gpchol._gp.posterior import Posterior, model_part
 from gpchol._linalg.backends import resolve_backend, tile_for
+from gpchol._linalg.blocks import trsm
 from gpchol._linalg.cholesky import linear_chol_tangent
 from gpchol._linalg.gaussian import (
     LOG_2PI,
@@ -295,10 +296,8 @@ def _conditioned_jvp(
     dK = dK.astype(L.dtype)
     dL = linear_chol_tangent(L, dK, rule.backend, rule.nb)
     Ka = dK @ alpha
-    z = jax.lax.linalg.triangular_solve(L, (r_dot - Ka)[:, None], left_side=True, lower=True)
-    dalpha = jax.lax.linalg.triangular_solve(L, z, left_side=True, lower=True, transpose_a=True)[
-        :, 0
-    ]
+    z = trsm(L, (r_dot - Ka)[:, None], left=True)
+    dalpha = trsm(L, z, left=True, trans=True)[:, 0]
     dvalue = (
         -jnp.dot(alpha, r_dot)
         + 0.5 * jnp.dot(alpha, Ka)

@@ -24,6 +24,7 @@ from gpchol._linalg.blocks import default_tile_size, mT, nan_where_failed
 from gpchol._linalg.host_lapack import factor_cpu_large
 from gpchol._linalg.status import exact_status, near_failure
 from gpchol._linalg.tiled import tiled_factor
+from gpchol._linalg.triangular import cholesky
 
 __all__ = [
     "BACKEND_CHOICES",
@@ -40,7 +41,8 @@ BACKEND_CHOICES = ("auto", "xla", "tiled", "cuda")
 def potrf_xla(
     a: jax.Array, nb: int, rebuild: Callable[[], jax.Array] | None = None
 ) -> tuple[jax.Array, jax.Array]:
-    """``jax.lax.linalg.cholesky`` (LAPACK on CPU, cuSOLVER on GPU), with exact status.
+    """LAPACK's ``potrf`` on the CPU, cuSOLVER's on the GPU (as ``jax.lax.linalg.cholesky``;
+    :func:`gpchol._linalg.triangular.cholesky`), with exact status.
 
     XLA reports failure as an all-NaN factor; the status is then LAPACK's ``info`` for
     the same matrix (:func:`gpchol._linalg.status.exact_status`, only when some batch
@@ -51,7 +53,7 @@ def potrf_xla(
     """
 
     def xla(a: jax.Array) -> tuple[jax.Array, jax.Array]:
-        L = lax.linalg.cholesky(a, symmetrize_input=False)
+        L = cholesky(a)
         failed = ~jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
         status = exact_status(failed, rebuild or (lambda: a), nb)
         # XLA's failed factor is NaN in its lower triangle only; make the whole matrix
@@ -87,7 +89,7 @@ def potrf_tiled_exact(
         jnp.any(redo),
         lambda: jnp.where(
             redo[..., None, None],
-            lax.linalg.cholesky(lax.stop_gradient(again()), symmetrize_input=False),
+            cholesky(lax.stop_gradient(again())),
             W,
         ),
         lambda: W,

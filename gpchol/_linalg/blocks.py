@@ -10,15 +10,9 @@ import numpy as np
 from jax import lax
 from jax.typing import DTypeLike
 
-
-def mT(x: jax.Array) -> jax.Array:
-    return jnp.swapaxes(x, -1, -2)
-
-
-def phi(x: jax.Array) -> jax.Array:
-    """Lower triangle of ``x`` with its diagonal halved: ``Phi(X)``."""
-    n = x.shape[-1]
-    return jnp.tril(x) - 0.5 * x * jnp.eye(n, dtype=x.dtype)
+from gpchol._linalg.triangular import cholesky, triangular_solve
+from gpchol._linalg.triangular import mT as mT  # the block helpers' home re-exports them
+from gpchol._linalg.triangular import phi as phi
 
 
 def symmetrize(a: jax.Array) -> jax.Array:
@@ -34,15 +28,13 @@ def trsm(
     large row-major work buffer, XLA's layout assignment would relayout (copy) the whole
     buffer at every block step; so the solve is posed on the transposes, which are
     column-major views of the row-major slices: ``op(a) x = b  <=>  x^T op(a)^T = b^T``.
-    ``lax.linalg.triangular_solve`` also needs equal batch dimensions, so ``a`` is
-    broadcast to ``b``'s batch shape when they differ.
+    The solve (:func:`gpchol._linalg.triangular.triangular_solve`) also needs equal batch
+    dimensions, so ``a`` is broadcast to ``b``'s batch shape when they differ.
     """
     batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = jnp.broadcast_to(a, batch + a.shape[-2:])
     b = jnp.broadcast_to(b, batch + b.shape[-2:])
-    xt = lax.linalg.triangular_solve(
-        mT(a), mT(b), left_side=not left, lower=not lower, transpose_a=trans
-    )
+    xt = triangular_solve(mT(a), mT(b), left_side=not left, lower=not lower, transpose_a=trans)
     return mT(xt)
 
 
@@ -52,7 +44,7 @@ def potrf_tile(t: jax.Array) -> jax.Array:
     Same layout reason as :func:`trsm`: ``t^T`` is a column-major view of a row-major
     slice, and ``chol(t^T) = chol(t)`` for symmetric ``t``.
     """
-    return lax.linalg.cholesky(mT(t), symmetrize_input=False)
+    return cholesky(mT(t))
 
 
 def put(x: jax.Array, block: jax.Array, row: int, col: int) -> jax.Array:

@@ -52,6 +52,7 @@ from gpchol._linalg.blocks import default_tile_size
 from gpchol._linalg.host_lapack import chol_solve_cpu, compiled_lapack
 from gpchol._linalg.inverse import inverse_from_factor
 from gpchol._linalg.status import exact_status
+from gpchol._linalg.triangular import cholesky, triangular_solve
 
 __all__ = [
     "LOG_2PI",
@@ -82,9 +83,8 @@ def gaussian_value(r: jax.Array, L: jax.Array) -> tuple[jax.Array, jax.Array]:
     batch = r.shape[:-1]
     if L.shape[:-2] != batch:
         L = jnp.broadcast_to(L, batch + L.shape[-2:])
-    solve = lax.linalg.triangular_solve
-    z = solve(L, r[..., None], left_side=True, lower=True)
-    alpha = solve(L, z, left_side=True, lower=True, transpose_a=True)[..., 0]
+    z = triangular_solve(L, r[..., None], left_side=True, lower=True)
+    alpha = triangular_solve(L, z, left_side=True, lower=True, transpose_a=True)[..., 0]
     ld = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
     return -0.5 * (jnp.sum(z[..., 0] ** 2, axis=-1) + ld + n * LOG_2PI), alpha
 
@@ -162,7 +162,7 @@ def _factor(K: jax.Array, rebuild: Any, rule: GaussianRule) -> tuple[jax.Array, 
         return K, jnp.zeros(K.shape[:-2], jnp.int32)
     if not rule.backend.host_lapack:
         return rule.backend.forward(K, rule.nb, rebuild=rebuild)
-    L = lax.linalg.cholesky(K, symmetrize_input=False)
+    L = cholesky(K)
     failed = ~jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
     nb = rule.nb or default_tile_size(K.shape[-1], K.dtype)
     return L, exact_status(failed, rebuild, nb)
@@ -177,7 +177,7 @@ def _forward(
 
 def _xla_solve(K: jax.Array, r: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(L, value, alpha)`` in XLA operations (JAX's own derivative rules)."""
-    L = lax.linalg.cholesky(K, symmetrize_input=False)
+    L = cholesky(K)
     value, alpha = gaussian_value(r, L)
     return L, value, alpha
 

@@ -27,7 +27,7 @@ import numpy as np
 from jax import lax
 
 from gpchol._linalg.adjoint import chol_rev_symbolic
-from gpchol._linalg.blocks import first_bad_pivot_unblocked, mT, phi, put, trsm
+from gpchol._linalg.blocks import first_bad_pivot_unblocked, mT, phi, potrf_tile, put, trsm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,11 +114,6 @@ def _lowsym(t: jax.Array) -> jax.Array:
     """Symmetric tile from its lower triangle."""
     low = jnp.tril(t)
     return low + mT(jnp.tril(t, -1))
-
-
-def _chol_tile(t: jax.Array) -> jax.Array:
-    """Lower Cholesky factor of a symmetric tile (posed on the transpose; see _cholesky)."""
-    return lax.linalg.cholesky(mT(t), symmetrize_input=False)
 
 
 def global_rows(g: Grid, pr: jax.Array | int) -> jax.Array:
@@ -291,7 +286,7 @@ def potrf_local(g: Grid, w: jax.Array) -> tuple[jax.Array, jax.Array]:
     for k in range(nt):
         d = _lowsym(diag_tile(g, w, k))
         diag_in.append(d)
-        Lkk = _chol_tile(d)
+        Lkk = potrf_tile(d)
         oks.append(jnp.all(jnp.isfinite(jnp.diagonal(Lkk))))
         w = _write_diag(g, w, Lkk, k)
         if k == nt - 1:
