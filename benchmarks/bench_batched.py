@@ -21,9 +21,10 @@ gpchol.fit_batched's). Targets (issue 16): >= 20x faster than the Python loop ov
 
 ``--vectorize K`` groups K problems per vmapped group (gpchol's ``vectorize`` argument and
 the tinygp loop alike); the default 1 runs each problem's loop on its own inside the one
-compiled program. With K > 1 on a CPU with few cores, JAX's batched LAPACK kernels can
-deadlock XLA's thread pool (two batched triangular solves that split their batch over the
-pool at once; seen with jaxlib 0.10.2 on 2 cores, for both libraries), so it is opt-in.
+compiled program. With K > 1 on a CPU with few cores, jaxlib 0.10.2's batched LAPACK
+kernels can deadlock XLA's thread pool (two batched triangular solves that split their
+batch over the pool at once, seen on 2 cores); gpchol's batched solves and factors run one
+matrix after another instead (gpchol/_linalg/triangular.py), tinygp's do not.
 
 Usage::
 

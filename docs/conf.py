@@ -93,8 +93,7 @@ myst_heading_anchors = 3
 nb_execution_mode = os.environ.get("GPCHOL_DOCS_EXECUTE", "cache")
 nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
 # per cell: the slowest cell took under 3 minutes on the 2-core machine at a load of 8; a
-# cell that hangs (notebook 03's NUTS run has been seen to deadlock inside jaxlib's batched
-# triangular solve, see .ci/run) fails the build after this instead of hanging it
+# cell that hangs fails the build after this instead of hanging it
 nb_execution_timeout = 300
 nb_execution_raise_on_error = True  # a failed cell fails the build
 nb_execution_in_temp = True  # files a notebook writes stay out of the repository

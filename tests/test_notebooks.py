@@ -145,15 +145,7 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
 
     start = time.perf_counter()
     try:
-        try:
-            run()
-        except nbclient.exceptions.CellTimeoutError as err:
-            # One retry, announced: notebook 03's NUTS run has now and then deadlocked
-            # inside jaxlib's batched triangular solve (every XLA CPU thread waiting, the
-            # kernel idle) until the cell timeout, on 2 cores; the same notebook then
-            # passes in about 25 s. A cell that raises, or a second timeout, fails.
-            print(f"{path.name}: a cell timed out ({err}); running the notebook once more")
-            run()
+        run()
     except nbclient.exceptions.CellExecutionError as err:
         pytest.fail(f"{path.name}: a cell raised:\n{err}")
     elapsed = time.perf_counter() - start

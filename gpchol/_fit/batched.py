@@ -506,10 +506,8 @@ def fit_batched(
             matrices, factorizations and updates as batched operations); the groups run
             one after another inside the same compiled loop, each until its problems
             have stopped. ``1`` (the default) runs each problem's loop on its own, with
-            unbatched LAPACK calls: on a CPU with few cores, two of JAX's batched LAPACK
-            kernels that split their batch over the thread pool at once can deadlock it
-            (seen on 2 cores: ``benchmarks/results/design-measurements.md``); raise it
-            on a GPU, or on a CPU with many cores.
+            unbatched LAPACK calls, the faster form on a CPU with few cores
+            (``benchmarks/results/design-measurements.md``); raise it on a GPU.
 
     Returns:
         A :class:`BatchedFitResult` (arrays with a leading ``(B,)`` axis).
