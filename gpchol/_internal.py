@@ -44,11 +44,10 @@ from gpchol._fit import lbfgs as lbfgs_module
 from gpchol._fit import programs as fit_programs_module
 from gpchol._gp import posterior as posterior_module
 from gpchol._gp import sparse as sparse_module
-from gpchol._linalg import host_lapack
+from gpchol._linalg import host_lapack, triangular
 from gpchol._linalg import posterior_core as posterior_core_module
 from gpchol._linalg.backends import backend
 from gpchol._linalg.blocks import default_tile_size
-from gpchol._linalg import triangular
 from gpchol._linalg.tiled import cho_inverse_tiled
 from gpchol._routing import maybe_sharded_cholesky
 from gpchol.distributed import _api as distributed_api
