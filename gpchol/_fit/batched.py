@@ -49,7 +49,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -629,26 +628,12 @@ def fit_batched(
                         assert fp is not None
                         with guard.commit():
                             save_checkpoint(ck, st, fingerprint=fp, optimizer=opt_name)
-                    _deliver(guard, st.step, ck)
+                    guard.deliver("fit_batched", f"after step {st.step}")
         finally:
             bar.close()
     if final is None:  # resumed from a finished checkpoint: the results once more
         _, final = run(dict(st.opt_state, u=st.params), *args, jnp.asarray(st.step))
     return _result(dict(st.opt_state, u=st.params), final, opt_name)
-
-
-def _deliver(guard: SignalGuard, step: int, ck: str | None) -> None:
-    if guard.pending is None:
-        return
-    name = "SIGINT" if guard.pending == signal.SIGINT else "SIGTERM"
-    if ck is None:
-        tail = "no checkpoint was asked for (checkpoint=PATH makes a fit resumable)."
-    else:
-        tail = (
-            f"the checkpoint {manifest_path(ck)} holds this state; run the same fit again "
-            "(resume=True) to continue."
-        )
-    guard.deliver(f"fit_batched stopped by {name} after step {step}: {tail}")
 
 
 def _result(carry: dict[str, Any], final: dict[str, Any], opt_name: str) -> BatchedFitResult:

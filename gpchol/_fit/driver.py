@@ -43,7 +43,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -416,15 +415,7 @@ def _deliver(plan: FitPlan, state: FitState, guard: SignalGuard, *, saved: bool)
         if state.restart < plan.n_starts
         else "after its last start"
     )
-    name = "SIGINT" if guard.pending == signal.SIGINT else "SIGTERM"
-    if plan.checkpoint is None:
-        tail = "no checkpoint was asked for (checkpoint=PATH makes a fit resumable)."
-    else:
-        tail = (
-            f"the checkpoint {manifest_path(plan.checkpoint)} holds this state; run the "
-            "same fit again (resume=True) to continue."
-        )
-    guard.deliver(f"fit stopped by {name} {where}: {tail}")
+    guard.deliver("fit", where)
 
 
 def _run_steps(plan: FitPlan, state: FitState, bar: ProgressLine, guard: SignalGuard) -> None:

@@ -19,10 +19,10 @@ Example:
     >>> with SignalGuard() as guard:
     ...     os.kill(os.getpid(), signal.SIGINT)  # recorded, not raised
     ...     try:
-    ...         guard.deliver("stopped between two steps")
+    ...         guard.deliver("fit", "between two steps")
     ...     except FitInterrupted as e:
-    ...         print(type(e).__mro__[1].__name__, "-", e)
-    KeyboardInterrupt - stopped between two steps
+    ...         print(type(e).__mro__[1].__name__, "-", str(e).split(":")[0])
+    KeyboardInterrupt - fit stopped by SIGINT between two steps
 """
 
 from __future__ import annotations
@@ -87,6 +87,12 @@ class FitTerminated(SystemExit):
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+_SECOND = (
+    "fit stopped by a second signal before the step ended; the checkpoint holds the last "
+    "state it committed."
+)
+
+
 def _exception(signum: int, message: str, checkpoint: str | None) -> BaseException:
     if signum == signal.SIGTERM:
         return FitTerminated(message, checkpoint=checkpoint)
@@ -137,12 +143,7 @@ class SignalGuard:
             return
         self._forced = signum
         if not self._committing:
-            raise _exception(
-                signum,
-                "fit stopped by a second signal before the step ended; the checkpoint holds "
-                "the last state it committed.",
-                self.checkpoint,
-            )
+            raise _exception(signum, _SECOND, self.checkpoint)
 
     @property
     def forced(self) -> int | None:
@@ -153,12 +154,7 @@ class SignalGuard:
         """The exception for a second signal that hit a step or a commit, else ``None``."""
         if self._forced is None:
             return None
-        return _exception(
-            self._forced,
-            "fit stopped by a second signal before the step ended; the checkpoint holds the "
-            "last state it committed.",
-            self.checkpoint,
-        )
+        return _exception(self._forced, _SECOND, self.checkpoint)
 
     @contextlib.contextmanager
     def commit(self) -> Iterator[None]:
@@ -172,18 +168,28 @@ class SignalGuard:
         if exc is not None:
             raise exc
 
-    def deliver(self, message: str) -> None:
+    def deliver(self, who: str, where: str) -> None:
         """Acts on the pending signal (none: returns).
 
         Raises :class:`FitInterrupted` for ``SIGINT`` and :class:`FitTerminated` for
-        ``SIGTERM`` with ``message``; where the previous handler was a Python function of
-        the caller's (not Python's default SIGINT handler, nor that of a fit this one
-        runs inside), calls it instead and returns if it does.
+        ``SIGTERM``, with the message ``"{who} stopped by {signal} {where}: "`` and what
+        the checkpoint holds (or that none was asked for); where the previous handler was
+        a Python function of the caller's (not Python's default SIGINT handler, nor that
+        of a fit this one runs inside), calls it instead and returns if it does.
         """
         signum, frame = self.pending, self._frame
         if signum is None:
             return
         self.pending, self._frame = None, None
+        name = "SIGINT" if signum == signal.SIGINT else "SIGTERM"
+        if self.checkpoint is None:
+            tail = "no checkpoint was asked for (checkpoint=PATH makes a fit resumable)."
+        else:
+            tail = (
+                f"the checkpoint {self.checkpoint} holds this state; run the same fit again "
+                "(resume=True) to continue."
+            )
+        message = f"{who} stopped by {name} {where}: {tail}"
         previous = self._previous.get(signum)
         outer_fit = isinstance(getattr(previous, "__self__", None), SignalGuard)
         if callable(previous) and previous is not signal.default_int_handler and not outer_fit:
