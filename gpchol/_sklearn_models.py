@@ -47,6 +47,7 @@ from gpchol import (
     to_unconstrained,
 )
 from gpchol._base.transforms import Below, LogPositive
+from gpchol._fit.state import better_start
 from gpchol._sklearn_kernels import Node, Translation, build
 
 __all__ = [
@@ -362,12 +363,11 @@ def optimize(
             runs = [_scipy_start(objective, x, space.bounds, max_steps) for x in starts]
         else:
             runs = [_custom_start(objective, x, space.bounds, method) for x in starts]
-    losses = [fun for _, fun, _ in runs]
-    best = None
-    for i, f in enumerate(losses):
-        if best is None or (np.isfinite(f) and not f >= losses[best]):
+    losses = [float(fun) for _, fun, _ in runs]
+    best = 0
+    for i, f in enumerate(losses[1:], 1):
+        if better_start(f, losses[best]):
             best = i
-    assert best is not None
     x, fun, result = runs[best]
     x = np.asarray(x, np.float64)
     if isinstance(space, GpcholSpace) and result is not None and method in ("lbfgs", "adam"):

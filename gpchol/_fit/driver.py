@@ -75,6 +75,7 @@ from gpchol._fit.signals import SignalGuard
 from gpchol._fit.state import (
     FitState,
     StartRecord,
+    better_start,
     canonical,
     default_key_data,
     key_data,
@@ -534,10 +535,7 @@ def _end_start(plan: FitPlan, state: FitState) -> None:
         message=state.message,
         restart=r,
     )
-    best = state.best
-    if best is None or (
-        math.isfinite(final_loss) and (not math.isfinite(best.loss) or final_loss < best.loss)
-    ):
+    if better_start(final_loss, None if state.best is None else state.best.loss):
         state.best, state.best_params = record, final_u
     state.restart = r + 1
     if state.restart < plan.n_starts:

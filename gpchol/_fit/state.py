@@ -21,13 +21,22 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["FitState", "StartRecord", "Stopped", "canonical", "key_data", "next_stall"]
+__all__ = [
+    "FitState",
+    "StartRecord",
+    "Stopped",
+    "better_start",
+    "canonical",
+    "key_data",
+    "next_stall",
+]
 
 Stopped = Literal["converged", "nonfinite", "callback", "steps"]
 """Why a start stopped."""
@@ -58,6 +67,22 @@ def next_stall(stall: Any, prev: Any, value: Any, tol: float) -> Any:
     xp = jnp if isinstance(value, jax.Array) or isinstance(prev, jax.Array) else np
     small = xp.abs(prev - value) <= tol * xp.maximum(1.0, xp.abs(value))
     return xp.where(small, stall + 1, 0)
+
+
+def better_start(loss: float, best: float | None) -> bool:
+    """Whether a start that ended at ``loss`` replaces the best so far (``best``, ``None``
+    before the first): the rule of :func:`gpchol.fit`'s restarts and of the scikit-learn
+    estimator's. A finite loss beats a non-finite one and any higher loss; the first start
+    is kept until one does.
+
+    Example:
+        >>> from gpchol._fit.state import better_start
+        >>> better_start(3.0, None), better_start(3.0, float("nan")), better_start(3.0, 2.0)
+        (True, True, False)
+    """
+    if best is None:
+        return True
+    return math.isfinite(loss) and (not math.isfinite(best) or loss < best)
 
 
 @dataclasses.dataclass
