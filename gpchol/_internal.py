@@ -22,6 +22,8 @@ that the package's private modules can be rearranged without touching them.
   :func:`gpchol.fit_batched`, :class:`gpchol.Posterior` and :func:`gpchol.save` (status
   codes, block-size rule, jit caches, the file format's version);
 * ``sparse_module``: SGPR's row sums and their derivative rule (tested against autodiff);
+* ``fit_session_module``: what a fit loop holds while it runs (its checkpoint commit is
+  interrupted there to test resuming);
 * ``checkpoint_module``: the checkpoint files of :func:`gpchol.fit` (written and read
   back directly, to pin their format);
 * ``posterior_core_module``: the posterior core's compiled programs (their lowered text,
@@ -42,6 +44,7 @@ from gpchol._fit import batched as fit_batched_module
 from gpchol._fit import checkpoint as checkpoint_module
 from gpchol._fit import lbfgs as lbfgs_module
 from gpchol._fit import programs as fit_programs_module
+from gpchol._fit import session as fit_session_module
 from gpchol._gp import posterior as posterior_module
 from gpchol._gp import sparse as sparse_module
 from gpchol._linalg import host_lapack, triangular
@@ -65,6 +68,7 @@ __all__ = [
     "distributed_local",
     "fit_batched_module",
     "fit_programs_module",
+    "fit_session_module",
     "host_lapack",
     "io",
     "lbfgs_module",

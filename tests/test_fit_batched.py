@@ -26,6 +26,7 @@ import pytest
 import gpchol
 from gpchol import CheckpointError, GaussianProcess, Positive, fit_batched, kernels
 from gpchol._internal import fit_batched_module as batched_module
+from gpchol._internal import fit_session_module
 from gpchol.cli import main
 from gpchol.cli.model import Model
 
@@ -159,7 +160,7 @@ def test_checkpoint_resume_gives_the_uninterrupted_result(rng, tmp_path, monkeyp
     kw = {"transforms": T, "optimizer": "adam", "learning_rate": 0.1, "steps": 12}
     whole = fit_batched(build, P0, X, y, progress=False, **kw)
     ck = tmp_path / "batch"
-    real_save = batched_module.save_checkpoint
+    real_save = fit_session_module.save_checkpoint
     commits = []
 
     def save_then_stop(*a, **k):
@@ -169,11 +170,11 @@ def test_checkpoint_resume_gives_the_uninterrupted_result(rng, tmp_path, monkeyp
             raise KeyboardInterrupt("simulated kill after the second commit")
         return out
 
-    monkeypatch.setattr(batched_module, "save_checkpoint", save_then_stop)
+    monkeypatch.setattr(fit_session_module, "save_checkpoint", save_then_stop)
     with pytest.raises(KeyboardInterrupt):
         fit_batched(build, P0, X, y, progress=False, checkpoint=ck, checkpoint_every=4, **kw)
     assert commits == [4, 8]
-    monkeypatch.setattr(batched_module, "save_checkpoint", real_save)
+    monkeypatch.setattr(fit_session_module, "save_checkpoint", real_save)
     resumed = fit_batched(build, P0, X, y, progress=False, checkpoint=ck, checkpoint_every=4, **kw)
     np.testing.assert_array_equal(resumed.n_steps, whole.n_steps)
     np.testing.assert_array_equal(resumed.loss, whole.loss)

@@ -45,7 +45,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -59,11 +58,8 @@ import numpy as np
 from gpchol._base.transforms import to_constrained, to_unconstrained
 from gpchol._base.validate import check_fit_settings
 from gpchol._fit.checkpoint import (
-    CheckpointLock,
     checkpoint_exists,
     load_checkpoint,
-    manifest_path,
-    save_checkpoint,
 )
 from gpchol._fit.fingerprint import fit_fingerprint
 from gpchol._fit.objective import (
@@ -73,8 +69,7 @@ from gpchol._fit.objective import (
     make_step,
     unconstrained_loss,
 )
-from gpchol._fit.progress import ProgressLine
-from gpchol._fit.signals import SignalGuard
+from gpchol._fit.session import fit_session
 from gpchol._fit.state import FitState, canonical, next_stall
 
 if TYPE_CHECKING:
@@ -600,37 +595,33 @@ def fit_batched(
         )
     chunk = int(checkpoint_every) if (ck is not None or progress) else max(1, int(steps))
     final: dict[str, Any] | None = None
-    with contextlib.ExitStack() as stack:
-        if ck is not None:
-            stack.enter_context(CheckpointLock(ck))
+    with fit_session(
+        ck,
+        fingerprint=fp,
+        optimizer=opt_name,
+        progress=progress,
+        steps=int(steps),
+        label=f"gpchol fit_batched [{opt_name}] B={B}",
+    ) as session:
         if ck is not None and resume and checkpoint_exists(ck):
             assert fp is not None
             st = load_checkpoint(ck, fingerprint=fp, params_like=u0, init_opt_state=lambda u: rest0)
         else:
             st = FitState(params=u0, opt_state=rest0, key=np.zeros(2, np.uint32))
-        bar = ProgressLine(progress, int(steps), f"gpchol fit_batched [{opt_name}] B={B}")
-        guard = SignalGuard(None if ck is None else manifest_path(ck))
-        try:
-            with guard:
-                while not st.done:
-                    limit = min(int(steps), st.step + chunk)
-                    carry, final = run(dict(st.opt_state, u=st.params), *args, jnp.asarray(limit))
-                    codes = np.asarray(carry["code"])
-                    st.params = carry["u"]
-                    st.opt_state = {k: v for k, v in carry.items() if k != "u"}
-                    st.step = limit
-                    st.done = bool(np.all(codes != RUNNING)) or limit >= int(steps)
-                    running = int(np.sum(codes == RUNNING))
-                    prev = np.asarray(carry["prev"])
-                    shown = float(np.nanmedian(prev)) if np.isfinite(prev).any() else math.nan
-                    bar.update(st.step, shown, f" (median), {running}/{B} running", force=True)
-                    if ck is not None:
-                        assert fp is not None
-                        with guard.commit():
-                            save_checkpoint(ck, st, fingerprint=fp, optimizer=opt_name)
-                    guard.deliver("fit_batched", f"after step {st.step}")
-        finally:
-            bar.close()
+        while not st.done:
+            limit = min(int(steps), st.step + chunk)
+            carry, final = run(dict(st.opt_state, u=st.params), *args, jnp.asarray(limit))
+            codes = np.asarray(carry["code"])
+            st.params = carry["u"]
+            st.opt_state = {k: v for k, v in carry.items() if k != "u"}
+            st.step = limit
+            st.done = bool(np.all(codes != RUNNING)) or limit >= int(steps)
+            running = int(np.sum(codes == RUNNING))
+            prev = np.asarray(carry["prev"])
+            shown = float(np.nanmedian(prev)) if np.isfinite(prev).any() else math.nan
+            session.bar.update(st.step, shown, f" (median), {running}/{B} running", force=True)
+            session.commit(st)
+            session.guard.deliver("fit_batched", f"after step {st.step}")
     if final is None:  # resumed from a finished checkpoint: the results once more
         _, final = run(dict(st.opt_state, u=st.params), *args, jnp.asarray(st.step))
     return _result(dict(st.opt_state, u=st.params), final, opt_name)

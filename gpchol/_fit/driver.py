@@ -39,7 +39,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -53,11 +52,8 @@ import numpy as np
 from gpchol._base.transforms import to_constrained, to_unconstrained
 from gpchol._base.validate import check_fit_settings
 from gpchol._fit.checkpoint import (
-    CheckpointLock,
     checkpoint_exists,
     load_checkpoint,
-    manifest_path,
-    save_checkpoint,
 )
 from gpchol._fit.fingerprint import fit_fingerprint
 from gpchol._fit.lbfgs import LBFGSState, host_ravel
@@ -70,8 +66,7 @@ from gpchol._fit.objective import (
     unconstrained_loss,
 )
 from gpchol._fit.programs import check_bucket, gp_program, loss_program
-from gpchol._fit.progress import ProgressLine
-from gpchol._fit.signals import SignalGuard
+from gpchol._fit.session import FitSession, fit_session
 from gpchol._fit.state import (
     FitState,
     StartRecord,
@@ -338,22 +333,21 @@ def fit(
         checkpoint_every=int(checkpoint_every),
         fingerprint=fp,
     )
-    with contextlib.ExitStack() as stack:
-        if plan.checkpoint is not None:
-            stack.enter_context(CheckpointLock(plan.checkpoint))
+    label = f"gpchol fit [{opt_name}]"
+    with fit_session(
+        plan.checkpoint,
+        fingerprint=fp,
+        optimizer=opt_name,
+        progress=progress,
+        steps=plan.steps,
+        label=label,
+    ) as session:
         state = _initial_state(plan, raw_key, resume)
-        label = f"gpchol fit [{opt_name}]"
-        bar = ProgressLine(progress, plan.steps, label)
-        guard = SignalGuard(None if plan.checkpoint is None else manifest_path(plan.checkpoint))
-        try:
-            with guard:
-                while state.restart < plan.n_starts:
-                    if plan.n_starts > 1:
-                        bar.label = f"{label} start {state.restart + 1}/{plan.n_starts}"
-                    _run_start(plan, state, bar, guard)
-                _deliver(plan, state, guard, saved=True)  # a signal during the last commit
-        finally:
-            bar.close()
+        while state.restart < plan.n_starts:
+            if plan.n_starts > 1:
+                session.bar.label = f"{label} start {state.restart + 1}/{plan.n_starts}"
+            _run_start(plan, state, session)
+        _deliver(plan, state, session, saved=True)  # a signal during the last commit
     return _result(plan, state, has_y=y is not None)
 
 
@@ -395,31 +389,21 @@ def _initial_state(plan: FitPlan, key: np.ndarray, resume: bool) -> FitState:
     return state
 
 
-def _save(plan: FitPlan, state: FitState, guard: SignalGuard) -> None:
-    """Commits the checkpoint (when there is one); a second signal waits for the commit."""
-    if plan.checkpoint is not None:
-        assert plan.fingerprint is not None
-        with guard.commit():
-            save_checkpoint(
-                plan.checkpoint, state, fingerprint=plan.fingerprint, optimizer=plan.optimizer
-            )
-
-
-def _deliver(plan: FitPlan, state: FitState, guard: SignalGuard, *, saved: bool) -> None:
+def _deliver(plan: FitPlan, state: FitState, session: FitSession, *, saved: bool) -> None:
     """On a pending SIGINT/SIGTERM: commits the state (unless ``saved``), then raises."""
-    if guard.pending is None:
+    if session.guard.pending is None:
         return
     if not saved:
-        _save(plan, state, guard)
+        session.commit(state)
     where = (
         f"after step {state.step} of start {state.restart + 1}"
         if state.restart < plan.n_starts
         else "after its last start"
     )
-    guard.deliver("fit", where)
+    session.guard.deliver("fit", where)
 
 
-def _run_steps(plan: FitPlan, state: FitState, bar: ProgressLine, guard: SignalGuard) -> None:
+def _run_steps(plan: FitPlan, state: FitState, session: FitSession) -> None:
     """Steps the current start until it stops or reaches ``steps``.
 
     A step whose loss or gradient is not finite is not taken: the start stops with the
@@ -427,12 +411,12 @@ def _run_steps(plan: FitPlan, state: FitState, bar: ProgressLine, guard: SignalG
     delivered between two steps, after the state is committed.
     """
     while not state.done and state.step < plan.steps:
-        _deliver(plan, state, guard, saved=False)
+        _deliver(plan, state, session, saved=False)
         try:
             u_new, s_new, value, grad_ok = plan.step_fn(state.params, state.opt_state)
             v = float(value)
         except Exception as e:  # a second signal raised inside a callback of the step
-            forced = guard.forced_exception()
+            forced = session.guard.forced_exception()
             if forced is not None:
                 raise forced from e
             raise
@@ -444,25 +428,25 @@ def _run_steps(plan: FitPlan, state: FitState, bar: ProgressLine, guard: SignalG
         state.last_good = state.params
         state.params, state.opt_state = u_new, s_new
         state.step += 1
-        bar.update(state.step, v)
+        session.bar.update(state.step, v)
         _check_stop(plan, state, prev, v)
         if state.step % plan.checkpoint_every == 0 or state.done:
-            _save(plan, state, guard)
+            session.commit(state)
 
 
-def _run_start(plan: FitPlan, state: FitState, bar: ProgressLine, guard: SignalGuard) -> None:
+def _run_start(plan: FitPlan, state: FitState, session: FitSession) -> None:
     """Runs the current start to its end, records it and checkpoints the next one."""
-    _run_steps(plan, state, bar, guard)
+    _run_steps(plan, state, session)
     if state.stopped is None:
         state.stop(
             "steps",
             f"reached steps={plan.steps} without meeting tol={plan.tol:g}; raise steps "
             "or tol for a converged fit.",
         )
-    bar.update(state.step, state.history[-1] if state.history else math.nan, force=True)
-    bar.close()
+    session.bar.update(state.step, state.history[-1] if state.history else math.nan, force=True)
+    session.bar.close()
     _end_start(plan, state)
-    _save(plan, state, guard)
+    session.commit(state)
 
 
 def _stop_nonfinite(state: FitState, v: float) -> None:
