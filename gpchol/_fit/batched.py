@@ -70,7 +70,7 @@ from gpchol._fit.objective import (
     unconstrained_loss,
 )
 from gpchol._fit.session import fit_session
-from gpchol._fit.state import FitState, canonical, next_stall
+from gpchol._fit.state import FitState, canonical, keep_last_good, next_stall
 
 if TYPE_CHECKING:
     import optax
@@ -383,10 +383,9 @@ def _make_runner(
         nan = jnp.full((), jnp.nan, c["prev"].dtype)
         last = jax.lax.cond(stopped, lambda u: loss(u).astype(nan.dtype), lambda u: nan, c["u"])
         # a failed step, or a last update to a non-finite loss: the last finite step
-        bad = (c["code"] == FAILED) | ~jnp.isfinite(last)
-        u = _select(bad, c["good"], c["u"])
+        bad, u, loss_u = keep_last_good(c["code"] == FAILED, last, c["u"], c["prev"], c["good"])
         final = {
-            "loss": jnp.where(bad, c["prev"], last),
+            "loss": loss_u,
             "bad": bad,
             "u": u,
             "params": to_constrained(u, transforms),

@@ -73,6 +73,7 @@ from gpchol._fit.state import (
     better_start,
     canonical,
     default_key_data,
+    keep_last_good,
     key_data,
     next_stall,
 )
@@ -499,16 +500,20 @@ def _end_start(plan: FitPlan, state: FitState) -> None:
     parameters (with a fresh optimiser state), so a finished checkpoint resumes to them.
     """
     r = state.restart
-    final_u, final_loss = state.params, _loss_at(plan, state.params, state.opt_state)
+    final_loss = _loss_at(plan, state.params, state.opt_state)
     success = state.stopped != "nonfinite"
-    if not math.isfinite(final_loss):
-        if state.last_good is not None:
-            final_u, final_loss = state.last_good, state.history[-1]
-        if success:
-            success = False
-            state.message = "the last update produced a non-finite loss. " + _NONFINITE_HINT
-    elif state.stopped == "nonfinite" and state.last_good is not None:
-        final_u, final_loss = state.last_good, state.history[-1]
+    if success and not math.isfinite(final_loss):
+        success = False
+        state.message = "the last update produced a non-finite loss. " + _NONFINITE_HINT
+    # history[-1] is the loss at last_good (no step taken: the start's own values)
+    taken = state.last_good is not None
+    _, final_u, final_loss = keep_last_good(
+        not success,
+        final_loss,
+        state.params,
+        state.history[-1] if taken else final_loss,
+        state.last_good if taken else state.params,
+    )
     state.restart_losses.append(final_loss)
     record = StartRecord(
         loss=final_loss,

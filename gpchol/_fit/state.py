@@ -34,6 +34,7 @@ __all__ = [
     "Stopped",
     "better_start",
     "canonical",
+    "keep_last_good",
     "key_data",
     "next_stall",
 ]
@@ -67,6 +68,29 @@ def next_stall(stall: Any, prev: Any, value: Any, tol: float) -> Any:
     xp = jnp if isinstance(value, jax.Array) or isinstance(prev, jax.Array) else np
     small = xp.abs(prev - value) <= tol * xp.maximum(1.0, xp.abs(value))
     return xp.where(small, stall + 1, 0)
+
+
+def keep_last_good(failed: Any, loss: Any, u: Any, good_loss: Any, good_u: Any) -> Any:
+    """A start's result: its final parameters ``u`` and their ``loss``, unless a step failed
+    (``failed``: a non-finite loss or gradient stopped it) or that loss is not finite; then
+    the last parameters with a finite loss (``good_u``, ``good_loss``). The rule of
+    :func:`gpchol.fit` (Python values) and of :func:`gpchol.fit_batched` (traced, per
+    problem).
+
+    Returns:
+        ``(bad, u, loss)``: whether the last good parameters were taken, and the result.
+
+    Example:
+        >>> from gpchol._fit.state import keep_last_good
+        >>> keep_last_good(False, float("nan"), "final", 3.0, "good")
+        (True, 'good', 3.0)
+    """
+    if isinstance(failed, jax.Array) or isinstance(loss, jax.Array):
+        bad = failed | ~jnp.isfinite(loss)
+        pick = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, a, b), good_u, u)
+        return bad, pick, jnp.where(bad, good_loss, loss)
+    bad = bool(failed) or not math.isfinite(loss)
+    return (True, good_u, good_loss) if bad else (False, u, loss)
 
 
 def better_start(loss: float, best: float | None) -> bool:
