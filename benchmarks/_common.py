@@ -191,6 +191,16 @@ def machine_info() -> dict:
     return info
 
 
+def write_record(path: str, record: dict) -> None:
+    """Writes a benchmark's ``record`` as JSON to ``path``, with :func:`machine_info`."""
+    import json
+    from pathlib import Path
+
+    record.update(machine=machine_info())
+    Path(path).write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:

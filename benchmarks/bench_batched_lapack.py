@@ -15,10 +15,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
 SIZES = ((1000, 32), (200, 128), (16, 512))
 
@@ -82,11 +80,9 @@ def main(argv: list[str] | None = None) -> dict:
         )
     record = {"repeats": args.repeats, "rows": rows}
     if args.json:
-        from benchmarks._common import machine_info
+        from benchmarks._common import write_record
 
-        record.update(machine=machine_info())
-        Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
-        print(f"wrote {args.json}")
+        write_record(args.json, record)
     return record
 
 

@@ -18,7 +18,6 @@ import json
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
 MODULES = ("numpy", "ml_dtypes", "jax", "jax.numpy", "gpchol", "gpchol.sklearn")
 
@@ -70,11 +69,9 @@ def main(argv: list[str] | None = None) -> dict:
     total = sum(record["median_s"].values())
     print(f"{'all of them':<16} {total:>22.3f}")
     if args.json:
-        from benchmarks._common import machine_info
+        from benchmarks._common import write_record
 
-        record.update(machine=machine_info())
-        Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
-        print(f"wrote {args.json}")
+        write_record(args.json, record)
     return record
 
 
