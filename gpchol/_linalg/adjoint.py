@@ -1,5 +1,6 @@
-"""The Cholesky derivative maps: the forward-mode tangent and Murray's blocked adjoint
-(I. Murray, "Differentiation of the Cholesky decomposition", arXiv:1602.07527, 2016)."""
+"""Murray's blocked adjoint of the Cholesky factor (I. Murray, "Differentiation of the
+Cholesky decomposition", arXiv:1602.07527, 2016); the forward-mode tangent is
+:func:`gpchol._linalg.triangular.chol_tangent`."""
 
 from __future__ import annotations
 
@@ -7,13 +8,6 @@ import jax
 import jax.numpy as jnp
 
 from gpchol._linalg.blocks import blocks, mT, phi, put, trsm
-
-
-def chol_tangent(L: jax.Array, a_dot: jax.Array) -> jax.Array:
-    """Forward-mode map ``dA -> L Phi(L^-1 dA L^-T)`` (``dA`` symmetric)."""
-    x = trsm(L, a_dot, left=True)
-    x = trsm(L, x, left=False, trans=True)
-    return L @ phi(x)
 
 
 def chol_rev_symbolic(L: jax.Array, Lbar: jax.Array) -> jax.Array:

@@ -10,32 +10,14 @@ import numpy as np
 from jax import lax
 from jax.typing import DTypeLike
 
-from gpchol._linalg.triangular import cholesky, triangular_solve
+from gpchol._linalg.triangular import cholesky
 from gpchol._linalg.triangular import mT as mT  # the block helpers' home re-exports them
 from gpchol._linalg.triangular import phi as phi
+from gpchol._linalg.triangular import trsm as trsm
 
 
 def symmetrize(a: jax.Array) -> jax.Array:
     return 0.5 * (a + mT(a))
-
-
-def trsm(
-    a: jax.Array, b: jax.Array, *, left: bool, lower: bool = True, trans: bool = False
-) -> jax.Array:
-    """Triangular solve ``op(a) x = b`` (left) or ``x op(a) = b`` (right), batched.
-
-    XLA's CPU triangular solve (LAPACK) wants column-major operands. Handed slices of a
-    large row-major work buffer, XLA's layout assignment would relayout (copy) the whole
-    buffer at every block step; so the solve is posed on the transposes, which are
-    column-major views of the row-major slices: ``op(a) x = b  <=>  x^T op(a)^T = b^T``.
-    The solve (:func:`gpchol._linalg.triangular.triangular_solve`) also needs equal batch
-    dimensions, so ``a`` is broadcast to ``b``'s batch shape when they differ.
-    """
-    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    a = jnp.broadcast_to(a, batch + a.shape[-2:])
-    b = jnp.broadcast_to(b, batch + b.shape[-2:])
-    xt = triangular_solve(mT(a), mT(b), left_side=not left, lower=not lower, transpose_a=trans)
-    return mT(xt)
 
 
 def potrf_tile(t: jax.Array) -> jax.Array:

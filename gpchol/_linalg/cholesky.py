@@ -31,9 +31,9 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from gpchol._base.validate import check_jitter
-from gpchol._linalg.adjoint import chol_tangent
 from gpchol._linalg.backends import Backend, prepare
 from gpchol._linalg.blocks import mT, symmetrize
+from gpchol._linalg.triangular import chol_tangent
 
 __all__ = [
     "chol",

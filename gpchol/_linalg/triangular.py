@@ -17,7 +17,10 @@ decomposition", eq. 9, for the factor): with ``op(A) X = B``,
 * ``dX = op(A)^-1 (dB - op(dA) X)`` (left; mirrored for the right), linear in ``dB`` and
   transposed by the solve with ``op`` transposed;
 * ``L = chol(A)``: ``dL = L Phi(L^-1 dA L^-T)``, ``Phi`` the lower triangle with its
-  diagonal halved.
+  diagonal halved (:func:`chol_tangent`, the package's one forward-mode Cholesky rule).
+
+The layout-aware block solve :func:`trsm` (re-exported by :mod:`gpchol._linalg.blocks`)
+lives here too, below everything that uses it.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from jax.interpreters import ad, batching, mlir
 
 from gpchol._cpu import ffi as cpu_ffi
 
-__all__ = ["cholesky", "mT", "phi", "triangular_solve"]
+__all__ = ["chol_tangent", "cholesky", "mT", "phi", "triangular_solve", "trsm"]
 
 _HANDLED = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -47,6 +50,32 @@ def phi(x: jax.Array) -> jax.Array:
     """Lower triangle of ``x`` with its diagonal halved: ``Phi(X)``."""
     n = x.shape[-1]
     return jnp.tril(x) - 0.5 * x * jnp.eye(n, dtype=x.dtype)
+
+
+def trsm(
+    a: jax.Array, b: jax.Array, *, left: bool, lower: bool = True, trans: bool = False
+) -> jax.Array:
+    """Triangular solve ``op(a) x = b`` (left) or ``x op(a) = b`` (right), batched.
+
+    XLA's CPU triangular solve (LAPACK) wants column-major operands. Handed slices of a
+    large row-major work buffer, XLA's layout assignment would relayout (copy) the whole
+    buffer at every block step; so the solve is posed on the transposes, which are
+    column-major views of the row-major slices: ``op(a) x = b  <=>  x^T op(a)^T = b^T``.
+    The solve (:func:`triangular_solve`) also needs equal batch
+    dimensions, so ``a`` is broadcast to ``b``'s batch shape when they differ.
+    """
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = jnp.broadcast_to(a, batch + a.shape[-2:])
+    b = jnp.broadcast_to(b, batch + b.shape[-2:])
+    xt = triangular_solve(mT(a), mT(b), left_side=not left, lower=not lower, transpose_a=trans)
+    return mT(xt)
+
+
+def chol_tangent(L: jax.Array, a_dot: jax.Array) -> jax.Array:
+    """Forward-mode map ``dA -> L Phi(L^-1 dA L^-T)`` (``dA`` symmetric)."""
+    x = trsm(L, a_dot, left=True)
+    x = trsm(L, x, left=False, trans=True)
+    return L @ phi(x)
 
 
 def triangular_solve(
@@ -230,11 +259,4 @@ def _potrf_batch(args: tuple[jax.Array], dims: tuple[Any]) -> Any:
 batching.primitive_batchers[_potrf_p] = _potrf_batch
 
 
-def _potrf_jvp(da: jax.Array, L: jax.Array, a: jax.Array) -> jax.Array:
-    # dL = L Phi(L^-1 dA L^-T)
-    t = _trsm_p.bind(L, da, left_side=False, lower=True, transpose_a=True)
-    t = _trsm_p.bind(L, t, left_side=True, lower=True, transpose_a=False)
-    return _matmul(L, phi(t))
-
-
-ad.defjvp2(_potrf_p, _potrf_jvp)
+ad.defjvp2(_potrf_p, lambda da, L, a: chol_tangent(L, da))
