@@ -4,6 +4,9 @@ import re
 
 import numpy as np
 import scipy.linalg.lapack as lapack
+from threadpoolctl import threadpool_limits
+
+from gpchol._internal import cpu_ffi
 
 
 def random_spd(rng, n, batch=(), dtype=np.float64, cond=None):
@@ -26,9 +29,13 @@ def lapack_info(a):
     if a.shape[-1] == 0:
         return np.zeros(a.shape[:-2], int)
     potrf = lapack.spotrf if a.dtype == np.float32 else lapack.dpotrf
+    # OpenBLAS's threads as gpchol's handlers use them: where a pivot fails only by
+    # rounding, which one LAPACK reports can depend on the thread count
+    threads = 1 if a.shape[-1] <= cpu_ffi.ONE_THREAD_MAX_N else None
     out = []
-    for m in a.reshape((-1,) + a.shape[-2:]):
-        c, info = potrf(np.array(m), lower=1)
+    with threadpool_limits(threads, user_api="blas"):
+        infos = [potrf(np.array(m), lower=1) for m in a.reshape((-1,) + a.shape[-2:])]
+    for c, info in infos:
         if info == 0:
             nan = np.flatnonzero(np.isnan(np.diagonal(c)))
             info = int(nan[0]) + 1 if nan.size else 0

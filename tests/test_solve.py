@@ -108,11 +108,12 @@ def test_cho_inverse_lapack_and_tiled_agree(rng, dtype, batch):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n", [1, 2, 31, 50, 100, 101, 140])
+@pytest.mark.parametrize("n", [1, 2, 31, 50, 100, 101, 140, 353, 512, 513])
 def test_potri_handler_small_loops_and_lapack(rng, dtype, n):
-    """The potri handler: its own loops up to n = 100 (no OpenBLAS thread pool), LAPACK
-    above; both give A^-1 to the dtype's accuracy, exactly symmetric, in both layouts, and
-    NaN for a factor with an exactly zero diagonal entry (LAPACK's trtri info)."""
+    """The potri handler: its own loops up to n = 100 (no OpenBLAS thread pool), halving
+    with BLAS-3 triangular products on one OpenBLAS thread up to ONE_THREAD_MAX_N, LAPACK's
+    potri above; all give A^-1 to the dtype's accuracy, exactly symmetric, in both layouts,
+    and NaN for a factor with an exactly zero diagonal entry (LAPACK's trtri info)."""
     from gpchol._internal import cpu_ffi
 
     if cpu_ffi.cpu_unavailable_reason() is not None:

@@ -81,6 +81,13 @@ its threaded ``syrk`` (and so ``potrf``) from order ~23,000 on on this project's
 machine and from 16,000 on on another (see ``lapack_ffi.cc``); 11,314 and below completed
 on both. At n = 12,000 and 16,000 halving is as fast as the one call (2 cores)."""
 
+ONE_THREAD_MAX_N = 512
+"""Up to this order the handlers run OpenBLAS on one thread (``kOneThreadMaxN`` in
+``lapack_ffi.cc``, which this mirrors): faster at the orders of a GP step on few cores. For
+a matrix whose factorization fails only by rounding (a rank-deficient Gram matrix), the
+failing pivot LAPACK reports can depend on OpenBLAS's thread count; a reference computed
+with SciPy's ``potrf`` must run the same way to compare exactly."""
+
 _lock = threading.Lock()
 _state: dict[str, Any] = {}  # "reason": str | None once loading was tried
 

@@ -129,24 +129,36 @@ Threads g_threads;
 // on one OpenBLAS thread there: slower (on 2 cores at most 2x), but a crash loses the
 // whole process and the fit in it.
 
-// While alive: OpenBLAS on one thread when n > limit (restored afterwards).
-class OneThreadAbove {
+// Up to this order the factor and the inverse run on one OpenBLAS thread: its threaded
+// potrf and lauum are slower there than one thread, and the pool they wake then spins,
+// taking a core from XLA's own work for the rest of the step (see kSmallInverseMaxN).
+// Whole GP steps are faster this way up to about this order and no slower above it
+// (benchmarks/results/design-measurements.md).
+constexpr int64_t kOneThreadMaxN = 512;
+
+// While alive: OpenBLAS on one thread when `one` (restored afterwards). This changes the
+// library's process-wide thread count for the duration of the call, so a concurrent
+// OpenBLAS call elsewhere may run on one thread meanwhile (slower, never wrong).
+class OneThread {
  public:
-  OneThreadAbove(int64_t n, int64_t limit) {
-    if (n > limit && g_threads.get != nullptr && g_threads.set != nullptr) {
+  explicit OneThread(bool one) {
+    if (one && g_threads.get != nullptr && g_threads.set != nullptr) {
       saved_ = g_threads.get();
       if (saved_ > 1) g_threads.set(1);
     }
   }
-  ~OneThreadAbove() {
+  ~OneThread() {
     if (saved_ > 1) g_threads.set(saved_);
   }
-  OneThreadAbove(const OneThreadAbove&) = delete;
-  OneThreadAbove& operator=(const OneThreadAbove&) = delete;
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
 
  private:
   int saved_ = 0;
 };
+
+// One OpenBLAS thread above `limit` (crash avoidance, above) and at small orders (speed).
+inline bool UseOneThread(int64_t n, int64_t limit) { return n > limit || n <= kOneThreadMaxN; }
 
 template <typename T>
 struct Routines;
@@ -170,7 +182,7 @@ struct Routines<double> {
 // ---- the split factor and inverse -------------------------------------------------------
 //
 // Column-major, lower triangle, leading dimension lda; every OpenBLAS call of potrf, syrk,
-// trtri or lauum is on an order <= limit (see the comment above OneThreadAbove). The
+// trtri or lauum is on an order <= limit (see the comment above OneThread). The
 // blocks of an order-n matrix A split at n1 = n / 2 (n2 = n - n1):
 //   A = [[A11, .], [A21, A22]], A11 n1 x n1 at a, A21 n2 x n1 at a + n1,
 //   A22 n2 x n2 at a + n1 (lda + 1).
@@ -248,13 +260,16 @@ int SplitTrtri(T* a, int64_t n, int64_t lda, int64_t limit) {
   const int64_t n1 = n / 2, n2 = n - n1;
   T* a21 = a + n1;
   T* a22 = a + n1 * (lda + 1);
+  // W11 and W22 first, then W21 = -W22 (L21 W11) by two triangular products (trmm: at the
+  // orders of a GP step, n ~ 350 on one thread, 2-3x faster than the two solves
+  // L21 L11^-1 and L22^-1 (..), which need no inverse first)
+  if (const int info = SplitTrtri(a, n1, lda, limit); info != 0) return info;
+  if (const int info = SplitTrtri(a22, n2, lda, limit); info != 0) return AsInt(n1) + info;
   char l = 'L', r = 'R', nt = 'N';
   int m = AsInt(n2), nn = AsInt(n1), la = AsInt(lda);
   T one = 1, minus_one = -1;
-  f.trsm(&r, &lo, &nt, &nd, &m, &nn, &one, a, &la, a21, &la);  // L21 L11^-1
-  f.trsm(&l, &lo, &nt, &nd, &m, &nn, &minus_one, a22, &la, a21, &la);  // -L22^-1 (..)
-  if (const int info = SplitTrtri(a, n1, lda, limit); info != 0) return info;
-  if (const int info = SplitTrtri(a22, n2, lda, limit); info != 0) return AsInt(n1) + info;
+  f.trmm(&r, &lo, &nt, &nd, &m, &nn, &one, a, &la, a21, &la);  // L21 W11
+  f.trmm(&l, &lo, &nt, &nd, &m, &nn, &minus_one, a22, &la, a21, &la);  // -W22 (..)
   return 0;
 }
 
@@ -291,11 +306,12 @@ int FirstZeroPivot(const T* a, int64_t n, int64_t lda) {
 }
 
 // potrf('L') of the column-major n x n `a`: split above `limit` when the routines are
-// there, else whole (on one OpenBLAS thread above `limit`). Returns potrf's info.
+// there, else whole (on one OpenBLAS thread above `limit` and up to kOneThreadMaxN).
+// Returns potrf's info.
 template <typename T>
 int CallPotrf(T* a, int64_t n, int64_t limit) {
   if (n > limit && Routines<T>::blas3().ready()) return SplitPotrf(a, n, n, limit);
-  OneThreadAbove guard(n, limit);
+  OneThread guard(UseOneThread(n, limit));
   return WholePotrf(a, n, n);
 }
 
@@ -489,6 +505,12 @@ ffi::Error CholSolveImpl(ffi::Buffer<D> K, ffi::Buffer<D> r, ffi::ResultBuffer<D
 // than OpenBLAS's blocked code there, even with its threads).
 constexpr int64_t kSmallInverseMaxN = 100;
 
+// Above kSmallInverseMaxN, L^-1 is computed by halving (SplitTrtri: two triangular products
+// per level, BLAS-3) down to blocks of at most this order, where trtri is called: OpenBLAS's
+// own trtri is several times slower at the orders of a GP step on one thread
+// (benchmarks/results/design-measurements.md).
+constexpr int64_t kTrtriLeafMaxN = 64;
+
 // In place, n <= kSmallInverseMaxN: the row-major lower triangle of `a` holds L; on
 // return `a` holds the full symmetric A^-1 = L^-T L^-1 (A = L L^T). `work` holds n * n + n.
 // Returns false, with `a` undefined, when a diagonal entry of L is exactly zero (LAPACK's
@@ -552,19 +574,22 @@ ffi::Error PotriImpl(ffi::Buffer<D> F, ffi::ResultBuffer<D> out, bool upper,
       continue;
     }
     info = 0;
-    if (n > split_above && Routines<T>::blas3().ready()) {
+    const bool small = n <= kOneThreadMaxN;
+    if ((small || n > split_above) && Routines<T>::blas3().ready()) {
       // the split inverse takes the factor in the column-major lower triangle: for
       // `!upper` (the column-major upper triangle holds L^T) it is copied there first
+      OneThread guard(small);
       if (!upper) MirrorLowerToUpper(ob, n);
       info = FirstZeroPivot(ob, n, n);
-      if (info == 0) info = SplitTrtri(ob, n, n, split_above);
+      const int64_t leaf = small ? std::min(split_above, kTrtriLeafMaxN) : split_above;
+      if (info == 0) info = SplitTrtri(ob, n, n, leaf);
       if (info == 0) info = SplitLauum(ob, n, n, split_above);
       if (info == 0) MirrorUpperToLower(ob, n);  // column-major lower -> the full matrix
       if (info != 0) FillNan(ob, n * n);
       continue;
     }
     if (n > 0) {
-      OneThreadAbove guard(n, split_above);
+      OneThread guard(UseOneThread(n, split_above));
       Routines<T>::potri()(&uplo, &nn, ob, &lda, &info);
     }
     if (info != 0) {
@@ -689,7 +714,7 @@ GPCHOL_EXPORT int gpchol_cpu_set_blas3(void* strsm, void* strmm, void* ssyrk, vo
   return 0;
 }
 
-// Optional: OpenBLAS's get/set_num_threads (see OneThreadAbove). 0 on success.
+// Optional: OpenBLAS's get/set_num_threads (see OneThread). 0 on success.
 GPCHOL_EXPORT int gpchol_cpu_set_threads(void* get, void* set) {
   if (!get || !set) return -1;
   g_threads.get = reinterpret_cast<int (*)()>(get);
