@@ -31,7 +31,7 @@ def lapack_info(a):
     potrf = lapack.spotrf if a.dtype == np.float32 else lapack.dpotrf
     # OpenBLAS's threads as gpchol's handlers use them: where a pivot fails only by
     # rounding, which one LAPACK reports can depend on the thread count
-    threads = 1 if a.shape[-1] <= cpu_ffi.ONE_THREAD_MAX_N else None
+    threads = 1 if a.shape[-1] <= cpu_ffi.one_thread_max_n() else None
     out = []
     with threadpool_limits(threads, user_api="blas"):
         infos = [potrf(np.array(m), lower=1) for m in a.reshape((-1,) + a.shape[-2:])]

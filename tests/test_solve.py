@@ -316,3 +316,41 @@ def test_no_python_callback_on_any_step_path(rng):
         programs.append(jax.jit(h).lower(a[0]).as_text())
     for text in programs:
         assert "callback" not in text.lower()
+
+
+def test_handlers_compute_the_same_with_either_source_of_lapack(rng):
+    """The handlers take SciPy's routines from the OpenBLAS its wheel bundles (no import of
+    ``scipy.linalg``) or from ``cython_lapack``/``cython_blas``'s pointers (other builds):
+    the same factor, solve and inverse, bit for bit, on one thread and on OpenBLAS's own
+    (n = 353 halving with trmm; 700: whole potrf/potri threaded)."""
+    from gpchol._internal import cpu_ffi
+
+    if cpu_ffi.cpu_unavailable_reason() is not None:
+        pytest.skip(cpu_ffi.cpu_unavailable_reason())
+    bundled = cpu_ffi._bundled_openblas()
+    if bundled is None:
+        pytest.skip("this SciPy bundles no scipy_-prefixed OpenBLAS (the Cython path is used)")
+    cython = cpu_ffi._cython_routines()
+    assert set(bundled[0]) == set(cython[0]) and all(bundled[0].values())
+    assert (bundled[1] is None) == (cython[1] is None)
+    lib = cpu_ffi._state["lib"]
+    cases = []
+    for n in (353, 700):
+        a = jnp.asarray(random_spd(rng, n, (2,)))
+        y = jnp.asarray(rng.standard_normal((2, n)))
+        cases.append((a, y, jnp.linalg.cholesky(a)))
+    solve = jax.jit(cpu_ffi.chol_solve)
+    inverse = jax.jit(cpu_ffi.potri)
+
+    def run():
+        return [[np.asarray(o) for o in (*solve(a, y), inverse(L))] for a, y, L in cases]
+
+    try:
+        first = run()
+        assert cpu_ffi._hand_over(lib, cython) is None
+        second = run()
+    finally:
+        assert cpu_ffi._hand_over(lib, bundled) is None
+    for outs1, outs2 in zip(first, second, strict=True):
+        for o1, o2 in zip(outs1, outs2, strict=True):
+            np.testing.assert_array_equal(o1, o2)

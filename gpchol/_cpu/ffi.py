@@ -4,8 +4,9 @@ The handlers run LAPACK on XLA's own buffers inside the compiled program: no Pyt
 callback, no GIL, nothing that can deadlock XLA's CPU runtime or turn Ctrl-C into an
 internal error. They are built by the normal install (``pip install .`` or ``pip install
 -e .`` compiles ``gpchol/_cpu/lapack_ffi.cc`` as the extension ``gpchol._cpu._lapack_ffi``;
-see ``setup.py``) and take SciPy's LAPACK, the one jaxlib's own CPU kernels use, through
-the function pointers of ``scipy.linalg.cython_lapack`` / ``cython_blas``.
+see ``setup.py``) and take SciPy's LAPACK: the routines of the OpenBLAS SciPy's wheel
+bundles (found by name, without importing ``scipy.linalg``), or for other SciPy builds the
+function pointers of ``scipy.linalg.cython_lapack`` / ``cython_blas``.
 
 Nothing happens at import: the library is loaded, handed its LAPACK routines and its
 handlers registered for the ``"cpu"`` platform on first use, once per process.
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.machinery
+import importlib.util
 import os
 import threading
 from pathlib import Path
@@ -42,6 +44,7 @@ __all__ = [
     "chol_solve",
     "cpu_unavailable_reason",
     "library_path",
+    "one_thread_max_n",
     "potrf_info",
     "potri",
     "trsm",
@@ -81,13 +84,6 @@ its threaded ``syrk`` (and so ``potrf``) from order ~23,000 on on this project's
 machine and from 16,000 on on another (see ``lapack_ffi.cc``); 11,314 and below completed
 on both. At n = 12,000 and 16,000 halving is as fast as the one call (2 cores)."""
 
-ONE_THREAD_MAX_N = 512
-"""Up to this order the handlers run OpenBLAS on one thread (``kOneThreadMaxN`` in
-``lapack_ffi.cc``, which this mirrors): faster at the orders of a GP step on few cores. For
-a matrix whose factorization fails only by rounding (a rank-deficient Gram matrix), the
-failing pivot LAPACK reports can depend on OpenBLAS's thread count; a reference computed
-with SciPy's ``potrf`` must run the same way to compare exactly."""
-
 _lock = threading.Lock()
 _state: dict[str, Any] = {}  # "reason": str | None once loading was tried
 
@@ -123,31 +119,88 @@ def _load() -> str | None:
             "reinstall gpchol with `pip install .` (or `pip install -e .`), which compiles them"
         )
     try:
-        import scipy.linalg.cython_blas as cython_blas
-        import scipy.linalg.cython_lapack as cython_lapack
-
-        modules = {"cython_lapack": cython_lapack, "cython_blas": cython_blas}
-        ptrs = [_capsule_pointer(modules[m].__pyx_capi__[name]) for m, name in _ROUTINES]
         lib = ctypes.CDLL(str(path))
-        lib.gpchol_cpu_set_lapack.restype = ctypes.c_int
-        lib.gpchol_cpu_set_lapack.argtypes = [ctypes.c_void_p] * len(ptrs)
-        if lib.gpchol_cpu_set_lapack(*ptrs) != 0:
-            return "gpchol_cpu_set_lapack rejected SciPy's LAPACK routines"
-        blas3 = [_capsule_pointer(modules[m].__pyx_capi__[name]) for m, name in _BLAS3]
-        lib.gpchol_cpu_set_blas3.restype = ctypes.c_int
-        lib.gpchol_cpu_set_blas3.argtypes = [ctypes.c_void_p] * len(blas3)
-        if lib.gpchol_cpu_set_blas3(*blas3) != 0:
-            return "gpchol_cpu_set_blas3 rejected SciPy's BLAS-3 routines"
-        threads = _openblas_thread_functions()
-        if threads is not None:
-            lib.gpchol_cpu_set_threads.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-            lib.gpchol_cpu_set_threads(*threads)
+        found = _bundled_openblas()
+        failed = _hand_over(lib, found if found is not None else _cython_routines())
+        if failed is not None:
+            return failed
+        lib.gpchol_cpu_one_thread_max_n.restype = ctypes.c_int64
+        _state["one_thread_max_n"] = int(lib.gpchol_cpu_one_thread_max_n())
         for name in TARGETS:
             jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform="cpu")
     except (OSError, AttributeError, ImportError, KeyError, RuntimeError) as e:
         return f"loading the compiled CPU handlers from {path} failed: {e}"
     _state["lib"] = lib  # keep the library loaded for the life of the process
     return None
+
+
+_Routines = tuple[dict[str, int], "tuple[int, int] | None"]
+
+
+def _hand_over(lib: ctypes.CDLL, routines: _Routines) -> str | None:
+    """Gives the library its LAPACK/BLAS routines (and OpenBLAS's thread functions when
+    known); ``None``, or why it refused."""
+    addresses, threads = routines
+    ptrs = [addresses[name] for _, name in _ROUTINES]
+    lib.gpchol_cpu_set_lapack.restype = ctypes.c_int
+    lib.gpchol_cpu_set_lapack.argtypes = [ctypes.c_void_p] * len(ptrs)
+    if lib.gpchol_cpu_set_lapack(*ptrs) != 0:
+        return "gpchol_cpu_set_lapack rejected SciPy's LAPACK routines"
+    blas3 = [addresses[name] for _, name in _BLAS3]
+    lib.gpchol_cpu_set_blas3.restype = ctypes.c_int
+    lib.gpchol_cpu_set_blas3.argtypes = [ctypes.c_void_p] * len(blas3)
+    if lib.gpchol_cpu_set_blas3(*blas3) != 0:
+        return "gpchol_cpu_set_blas3 rejected SciPy's BLAS-3 routines"
+    if threads is not None:
+        lib.gpchol_cpu_set_threads.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.gpchol_cpu_set_threads(*threads)
+    return None
+
+
+def _bundled_openblas() -> _Routines | None:
+    """SciPy's routines taken from the OpenBLAS its wheel bundles, without importing
+    ``scipy.linalg`` (0.2 s at a fit's start otherwise): ``(address by routine name,
+    OpenBLAS's get/set_num_threads)``, or ``None`` when that library or one of its
+    ``scipy_``-prefixed symbols is not there (another SciPy build: then the Cython path).
+
+    The ``cython_lapack``/``cython_blas`` functions of such a wheel only jump to these
+    symbols, arguments untouched, so both paths call the same code the same way (a test
+    runs the handlers through each).
+    """
+    spec = importlib.util.find_spec("scipy")  # finds the package, imports nothing
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    libs = Path(next(iter(spec.submodule_search_locations))).parent / "scipy.libs"
+    for lib_path in sorted(libs.glob("libscipy_openblas*.so*")):
+        try:
+            so = ctypes.CDLL(str(lib_path))
+            addresses = {
+                name: _address(getattr(so, f"scipy_{name}_")) for _, name in _ROUTINES + _BLAS3
+            }
+        except (OSError, AttributeError):
+            continue
+        get = getattr(so, "scipy_openblas_get_num_threads", None)
+        set_ = getattr(so, "scipy_openblas_set_num_threads", None)
+        threads = (_address(get), _address(set_)) if get is not None and set_ else None
+        return addresses, threads
+    return None
+
+
+def _address(fn: Any) -> int:
+    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
+
+
+def _cython_routines() -> _Routines:
+    """SciPy's routines from the function pointers ``scipy.linalg.cython_lapack`` and
+    ``cython_blas`` export (any SciPy build), and OpenBLAS's thread functions if found."""
+    import scipy.linalg.cython_blas as cython_blas
+    import scipy.linalg.cython_lapack as cython_lapack
+
+    modules = {"cython_lapack": cython_lapack, "cython_blas": cython_blas}
+    addresses = {
+        name: _capsule_pointer(modules[m].__pyx_capi__[name]) for m, name in _ROUTINES + _BLAS3
+    }
+    return addresses, _openblas_thread_functions()
 
 
 def _openblas_thread_functions() -> tuple[int, int] | None:
@@ -179,6 +232,23 @@ def _openblas_thread_functions() -> tuple[int, int] | None:
                     ctypes.cast(set_, ctypes.c_void_p).value or 0,
                 )
     return None
+
+
+def one_thread_max_n() -> int:
+    """The order up to which the handlers run OpenBLAS on one thread (the library's own
+    constant; loads it): faster at the orders of a GP step on few cores. For a matrix whose
+    factorization fails only by rounding (a rank-deficient Gram matrix), the failing pivot
+    LAPACK reports can depend on OpenBLAS's thread count, so a reference computed with
+    SciPy's ``potrf`` must run the same way to compare exactly. ``0`` when the handlers
+    are not loaded.
+
+    Example:
+        >>> from gpchol._cpu.ffi import one_thread_max_n
+        >>> one_thread_max_n() > 0
+        True
+    """
+    cpu_unavailable_reason()
+    return int(_state.get("one_thread_max_n", 0))
 
 
 def cpu_unavailable_reason() -> str | None:

@@ -722,6 +722,10 @@ GPCHOL_EXPORT int gpchol_cpu_set_threads(void* get, void* set) {
   return 0;
 }
 
+// The order up to which the handlers run OpenBLAS on one thread (gpchol/_cpu/ffi.py reads
+// it: a reference computed with SciPy must run the same way to compare a failing pivot).
+GPCHOL_EXPORT int64_t gpchol_cpu_one_thread_max_n() { return kOneThreadMaxN; }
+
 // The library is compiled with hidden visibility; each handler is first declared with
 // default visibility, which its definition by XLA_FFI_DEFINE_HANDLER_SYMBOL keeps.
 #define GPCHOL_HANDLER_EXPORT(NAME) \
