@@ -166,6 +166,32 @@ def test_import_loads_no_heavy_optional_module() -> None:
     assert p.stdout.strip() == "", f"imported at `import gpchol`: {p.stdout.strip()}"
 
 
+def test_a_default_fit_imports_neither_scipy_linalg_nor_optax() -> None:
+    """A fit with the default optimiser (gpchol's L-BFGS) on the compiled CPU handlers
+    imports neither ``optax`` (0.1 s) nor ``scipy.linalg`` (0.2 s; the handlers take the
+    routines of the OpenBLAS SciPy's wheel bundles, where it bundles one)."""
+    code = (
+        "import sys, numpy as np, gpchol\n"
+        "from gpchol import kernels\n"
+        "from gpchol._internal import cpu_ffi\n"
+        "X = np.linspace(0.0, 5.0, 30)[:, None]; y = np.sin(X[:, 0])\n"
+        "r = gpchol.fit(lambda p: gpchol.GaussianProcess(p['a'] * kernels.ExpSquared(p['l']),\n"
+        "    X, noise=p['n']), {'a': 1.0, 'l': 1.0, 'n': 0.1}, y, steps=3, progress=False)\n"
+        "assert cpu_ffi.cpu_unavailable_reason() is None, cpu_ffi.cpu_unavailable_reason()\n"
+        "bundled = cpu_ffi._bundled_openblas() is not None\n"
+        "print(bundled, 'scipy.linalg' in sys.modules, 'optax' in sys.modules)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    bundled, linalg, optax = p.stdout.split()
+    assert optax == "False"
+    if bundled == "True":
+        assert linalg == "False"
+
+
 # slow: two fresh interpreters each import JAX and run a fit
 @pytest.mark.slow
 def test_enable_compile_cache_reuses_programs_across_processes(tmp_path) -> None:

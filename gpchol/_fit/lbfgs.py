@@ -137,14 +137,13 @@ class _NumpyOps:
 
     @staticmethod
     def scan(f: Callable[..., Any], init: Any, xs: Any, reverse: bool = False) -> Any:
-        leaves, tree = jax.tree_util.tree_flatten(xs)
-        n = leaves[0].shape[0]
-        carry, ys = init, [None] * n
-        for i in range(n - 1, -1, -1) if reverse else range(n):
-            carry, ys[i] = f(carry, jax.tree_util.tree_unflatten(tree, [a[i] for a in leaves]))
-        if ys[0] is None:
-            return carry, None
-        return carry, jax.tree_util.tree_map(lambda *a: np.stack(a), *ys)
+        # ``xs``: an array or a tuple of arrays, ``f``'s outputs ``None`` or one array (the
+        # search's uses; no pytree machinery, a step runs this a few hundred times)
+        items = list(zip(*xs, strict=True)) if isinstance(xs, tuple) else list(xs)
+        carry, ys = init, [None] * len(items)
+        for i in reversed(range(len(items))) if reverse else range(len(items)):
+            carry, ys[i] = f(carry, items[i])
+        return carry, (None if not ys or ys[0] is None else np.stack(ys))
 
     @staticmethod
     def set_row(a: Any, i: Any, v: Any) -> Any:
@@ -560,9 +559,7 @@ def _finish(c: dict[str, Any], st: LBFGSState, x: Arr) -> tuple[Arr, LBFGSState,
     xp = _ops(x).xp
     use_safe = ~c["ok"] & (c["safe"][0] > 0)
     moved = c["ok"] | use_safe
-    _, f_fin, x_fin, g_fin = jax.tree_util.tree_map(
-        lambda a, b: xp.where(c["ok"], a, b), c["out"], c["safe"]
-    )
+    _, f_fin, x_fin, g_fin = _zip_map(lambda a, b: xp.where(c["ok"], a, b), c["out"], c["safe"])
     x_new = xp.where(moved, x_fin, x)
     f_new = xp.where(moved, f_fin, c["f0"])
     g_new = xp.where(moved, g_fin, c["g0"])
@@ -572,6 +569,11 @@ def _finish(c: dict[str, Any], st: LBFGSState, x: Arr) -> tuple[Arr, LBFGSState,
     known = xp.isfinite(c["f0"]) & grad_ok
     st = st._replace(x=x_new, value=f_new, grad=g_new, known=known)
     return x_new, st, c["f0"], grad_ok
+
+
+def _zip_map(f: Callable[..., Any], *tuples: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``f`` over the entries of equal-length flat tuples (the search's brackets)."""
+    return tuple(f(*xs) for xs in zip(*tuples, strict=True))
 
 
 def _push(st: LBFGSState, s: Arr, y: Arr, use: Arr) -> LBFGSState:
@@ -652,9 +654,9 @@ def _after_trial(
     expand = ~zooming & ~b_hi & ~b_swap
 
     def pick(*xs: Any) -> Any:
-        return jax.tree_util.tree_map(lambda a, b, e: xp.where(to_hi, a, xp.where(swap, b, e)), *xs)
+        return _zip_map(lambda a, b, e: xp.where(to_hi, a, xp.where(swap, b, e)), *xs)
 
-    new_lo = jax.tree_util.tree_map(lambda a, b: xp.where(to_hi, a, b), lo, here)
+    new_lo = _zip_map(lambda a, b: xp.where(to_hi, a, b), lo, here)
     new_hi = pick(here, lo, hi)
     next_t = xp.where(
         expand,
@@ -675,11 +677,7 @@ def _after_trial(
         "t": next_t,
         "lo": new_lo,
         "hi": new_hi,
-        "safe": jax.tree_util.tree_map(
-            lambda a, b: xp.where(better, a, b), (t, fv, xt, g), c["safe"]
-        ),
-        "out": jax.tree_util.tree_map(
-            lambda a, b: xp.where(accept, a, b), (t, fv, xt, g), c["out"]
-        ),
+        "safe": _zip_map(lambda a, b: xp.where(better, a, b), (t, fv, xt, g), c["safe"]),
+        "out": _zip_map(lambda a, b: xp.where(accept, a, b), (t, fv, xt, g), c["out"]),
         "ok": accept,
     }

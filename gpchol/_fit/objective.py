@@ -106,18 +106,20 @@ def make_optimizer(
         >>> make_optimizer("L-BFGS", None)[0]
         'lbfgs'
     """
-    import optax
-
     if isinstance(optimizer, str):
         name = optimizer.lower()
-        if name == "adam":
-            return "adam", optax.adam(0.05 if learning_rate is None else learning_rate)
-        if name in ("lbfgs", "l-bfgs"):
+        if name in ("lbfgs", "l-bfgs"):  # ours: a fit with it never imports optax (0.1 s)
             return "lbfgs", LBFGS(learning_rate=learning_rate)
+        if name == "adam":
+            import optax
+
+            return "adam", optax.adam(0.05 if learning_rate is None else learning_rate)
         raise ValueError(
             f"optimizer must be 'adam', 'lbfgs' or an optax GradientTransformation; got "
             f"{optimizer!r}."
         )
+    import optax
+
     if isinstance(optimizer, optax.GradientTransformation):
         return type(optimizer).__name__, optimizer
     raise TypeError(
