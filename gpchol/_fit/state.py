@@ -214,8 +214,10 @@ def canonical(tree: Any) -> Any:
     """Every leaf as a concrete, strongly typed array (so saved == live bitwise).
 
     NumPy arrays are kept (they are concrete and strongly typed already: the host-driven
-    L-BFGS keeps its state and parameters in NumPy); other leaves become committed JAX
-    arrays of their own dtype.
+    L-BFGS keeps its state and parameters in NumPy); NumPy and Python scalars become 0-d
+    NumPy arrays (a Python scalar in the dtype JAX gives it: ``jnp.asarray`` of a scalar
+    compiles a program of its own); other leaves become committed JAX arrays of their own
+    dtype.
 
     Args:
         tree: a pytree of arrays or scalars.
@@ -224,14 +226,20 @@ def canonical(tree: Any) -> Any:
         The same pytree with each leaf a NumPy array or a committed JAX array.
 
     Example:
+        >>> import jax.numpy as jnp
         >>> from gpchol._fit.state import canonical
-        >>> canonical({"a": 1.0})["a"].weak_type
-        False
+        >>> out = canonical({"a": 1.0, "b": jnp.ones(2, jnp.float32)})
+        >>> out["a"].dtype == jnp.result_type(float), out["b"].weak_type
+        (True, False)
     """
 
     def one(x: Any) -> Any:
         if isinstance(x, np.ndarray):
             return x
+        if isinstance(x, np.generic):
+            return np.asarray(x)
+        if isinstance(x, bool | int | float | complex):
+            return np.asarray(x, dtype=jax.dtypes.canonicalize_dtype(type(x)))
         x = jnp.asarray(x)
         return jnp.asarray(np.asarray(x), dtype=x.dtype)
 
