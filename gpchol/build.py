@@ -102,6 +102,17 @@ def _executable(path: str | os.PathLike[str] | None) -> str | None:
     return None
 
 
+def _first_executable(flag: str, explicit: str | None, candidates: list[str | None]) -> str | None:
+    """``explicit`` (an error when it is not executable), else the first executable
+    candidate, else ``None``."""
+    if explicit is not None:
+        found = _executable(explicit)
+        if found is None:
+            raise BuildError(f"{flag} {explicit}: no executable file there")
+        return found
+    return next((f for c in candidates if (f := _executable(c)) is not None), None)
+
+
 def find_nvcc(explicit: str | None = None) -> str:
     """Path of nvcc.
 
@@ -114,19 +125,15 @@ def find_nvcc(explicit: str | None = None) -> str:
     Raises:
         BuildError: nvcc was not found.
     """
-    if explicit is not None:
-        found = _executable(explicit)
-        if found is None:
-            raise BuildError(f"--nvcc {explicit}: no executable file there")
+    homes = (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda")
+    found = _first_executable(
+        "--nvcc",
+        explicit,
+        [os.environ.get("CUDACXX"), shutil.which("nvcc")]
+        + [str(Path(home) / "bin" / "nvcc") for home in homes if home],
+    )
+    if found is not None:
         return found
-    candidates = [os.environ.get("CUDACXX"), shutil.which("nvcc")]
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home:
-            candidates.append(str(Path(home) / "bin" / "nvcc"))
-    for c in candidates:
-        found = _executable(c)
-        if found is not None:
-            return found
     raise BuildError(
         "nvcc was not found. Install the CUDA toolkit (13.x) and put nvcc on PATH, "
         "or pass --nvcc /path/to/nvcc (or set CUDACXX)."
@@ -149,16 +156,9 @@ def find_cmake(explicit: str | None = None) -> str:
     Raises:
         BuildError: cmake was not found.
     """
-    if explicit is not None:
-        found = _executable(explicit)
-        if found is None:
-            raise BuildError(f"--cmake {explicit}: no executable file there")
-        return found
-    for c in (os.environ.get("CMAKE"), shutil.which("cmake")):
-        found = _executable(c)
-        if found is not None:
-            return found
-    found = _package_tool("cmake", "CMAKE_BIN_DIR", "cmake")
+    found = _first_executable("--cmake", explicit, [os.environ.get("CMAKE"), shutil.which("cmake")])
+    if found is None:
+        found = _package_tool("cmake", "CMAKE_BIN_DIR", "cmake")
     if found is not None:
         return found
     raise BuildError("cmake (3.18 or newer) was not found: `pip install cmake`, or pass --cmake.")

@@ -35,6 +35,7 @@ import os
 import re
 import sys
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -371,6 +372,19 @@ def _pick_method(method: str, n: int, dtype: np.dtype, fn: str) -> str:
 # ----------------------------------------------------------------------------------------
 
 
+def _ffi_call(fn: str, kind: str, dtype: np.dtype, tile: int, out_types: Any, alias: int) -> Any:
+    """The FFI call of ``fn``'s ``kind`` kernel (``"small"``: no tile size), its input
+    ``alias`` written in place as the first output."""
+    if kind == "small":
+        target, attrs = f"gpchol_{fn}_small_{_SUFFIX[dtype]}", {}
+    else:
+        target, attrs = f"gpchol_{fn}_{_SUFFIX[dtype]}", {"tile_size": np.int64(tile)}
+    call = jax.ffi.ffi_call(
+        target, out_types, vmap_method="broadcast_all", input_output_aliases={alias: 0}
+    )
+    return partial(call, **attrs)
+
+
 def potrf(a: ArrayLike, *, tile_size: int | None = None) -> tuple[jax.Array, jax.Array]:
     r"""Cholesky factorization ``A = L L^T`` of a batch of matrices on an NVIDIA GPU.
 
@@ -435,14 +449,7 @@ def potrf_impl(
         jax.ShapeDtypeStruct(a.shape, dtype),
         jax.ShapeDtypeStruct(batch_shape, np.int32),
     )
-    if kind == "small":
-        target, attrs = f"gpchol_potrf_small_{_SUFFIX[dtype]}", {}
-    else:
-        target, attrs = f"gpchol_potrf_{_SUFFIX[dtype]}", {"tile_size": np.int64(tile)}
-    call = jax.ffi.ffi_call(
-        target, out_types, vmap_method="broadcast_all", input_output_aliases={0: 0}
-    )
-    L, status = call(a, **attrs)
+    L, status = _ffi_call("potrf", kind, dtype, tile, out_types, 0)(a)
     return L, status
 
 
@@ -503,11 +510,5 @@ def potrf_adjoint_impl(
         return jnp.zeros_like(Lbar)
     _require()
     out_type = jax.ShapeDtypeStruct(L.shape, dtype)
-    if kind == "small":
-        target, attrs = f"gpchol_potrf_adjoint_small_{_SUFFIX[dtype]}", {}
-    else:
-        target, attrs = f"gpchol_potrf_adjoint_{_SUFFIX[dtype]}", {"tile_size": np.int64(tile)}
-    call = jax.ffi.ffi_call(
-        target, out_type, vmap_method="broadcast_all", input_output_aliases={1: 0}
-    )
-    return call(L, Lbar, **attrs)
+    G: jax.Array = _ffi_call("potrf_adjoint", kind, dtype, tile, out_type, 1)(L, Lbar)
+    return G
