@@ -60,11 +60,18 @@ def check_tile_size(tile_size: object, name: str = "tile_size") -> int | None:
 
 
 def check_int(
-    value: object, name: str, what: str | None = None, *, minimum: int = 1, strict: bool = True
+    value: object,
+    name: str,
+    what: str | None = None,
+    *,
+    minimum: int = 1,
+    strict: bool = True,
+    kind: str | None = None,
 ) -> int:
     """``value`` as an ``int`` of at least ``minimum`` (not a bool, not a float), or raise.
 
-    ``name`` (and ``what`` it counts, optional) make the message. A wrong type raises
+    ``name`` (and ``what`` it counts, optional) make the message, ``kind`` its phrase for
+    the type (default: "a positive int" or "an int >= minimum"). A wrong type raises
     ``TypeError``, or ``ValueError`` with ``strict=False`` (for functions that always
     raised ``ValueError``); a value below ``minimum`` raises ``ValueError``.
 
@@ -73,15 +80,24 @@ def check_int(
         3
     """
     label = f"{name} ({what})" if what else name
-    kind = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+    kind = kind or ("a positive int" if minimum == 1 else f"an int >= {minimum}")
     error = TypeError if strict else ValueError
     if isinstance(value, (bool, np.bool_)):
         raise error(f"{label} must be {kind}, not a bool; got {value!r}.")
     try:
         k = operator.index(value)  # type: ignore[arg-type]
     except TypeError:
+        hint = (
+            "; it is static, so pass a Python int (not a traced value inside jit)"
+            if not is_concrete(value)
+            else f"; pass an int, e.g. {name}={round(value)}"  # type: ignore[call-overload]
+            if isinstance(value, (float, np.floating))
+            and np.isfinite(value)
+            and name.isidentifier()
+            else ""
+        )
         raise error(
-            f"{label} must be {kind}; got {value!r} of type {type(value).__name__}."
+            f"{label} must be {kind}; got {value!r} of type {type(value).__name__}{hint}."
         ) from None
     if k < minimum:
         raise ValueError(f"{label} must be >= {minimum}; got {k}.")

@@ -39,6 +39,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gpchol._base.validate import check_int
+
 __all__ = [
     "TARGETS",
     "chol_solve",
@@ -159,7 +161,7 @@ def _hand_over(lib: ctypes.CDLL, routines: _Routines) -> str | None:
 
 def _bundled_openblas() -> _Routines | None:
     """SciPy's routines taken from the OpenBLAS its wheel bundles, without importing
-    ``scipy.linalg`` (0.2 s at a fit's start otherwise): ``(address by routine name,
+    ``scipy.linalg`` (slow at a fit's start otherwise): ``(address by routine name,
     OpenBLAS's get/set_num_threads)``, or ``None`` when that library or one of its
     ``scipy_``-prefixed symbols is not there (another SciPy build: then the Cython path).
 
@@ -348,9 +350,7 @@ def chol_solve(
 
 
 def _order_bound(split_above: int) -> np.int64:
-    if isinstance(split_above, bool) or int(split_above) < 1:
-        raise ValueError(f"split_above must be an int >= 1; got {split_above!r}.")
-    return np.int64(split_above)
+    return np.int64(check_int(split_above, "split_above", strict=False))
 
 
 def potri(

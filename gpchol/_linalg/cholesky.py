@@ -21,6 +21,7 @@ higher-order derivatives (``jax.hessian``, ``jacfwd(jacrev)``) are correct too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -39,6 +40,7 @@ __all__ = [
     "chol",
     "factor_with_jitter",
     "factor_with_status",
+    "first_factoring",
     "guarded_chol",
     "linear_chol_tangent",
 ]
@@ -137,6 +139,34 @@ def _guarded_chol_jvp(
     return (Ls, ok), (_mask(ok, L_dot, 0.0), np.zeros(ok.shape, jax.dtypes.float0))
 
 
+def first_factoring(
+    attempt: Callable[[float], tuple[jax.Array, ...]],
+    schedule: tuple[float, ...],
+    status: int,
+    *,
+    per_element: bool = False,
+) -> tuple[jax.Array, ...]:
+    """``attempt(j)`` for the jitters of ``schedule`` in order, each next one run (a
+    ``lax.cond``) only while the status (``attempt``'s output at index ``status``) is
+    nonzero somewhere; the last run's output is kept, or with ``per_element`` each batch
+    element's first success."""
+    out = attempt(schedule[0])
+    for j in schedule[1:]:
+
+        def retry(old: tuple[jax.Array, ...], j: float = j) -> tuple[jax.Array, ...]:
+            new = attempt(j)
+            if not per_element:
+                return new
+            redo = old[status] != 0
+            return tuple(
+                jnp.where(redo.reshape(redo.shape + (1,) * (n.ndim - redo.ndim)), n, o)
+                for o, n in zip(old, new, strict=True)
+            )
+
+        out = lax.cond(jnp.any(out[status] != 0), retry, lambda o: o, out)
+    return out
+
+
 def factor_with_jitter(
     a: jax.Array, backend: Backend, nb: int | None, jitter: tuple[float, ...]
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -145,27 +175,13 @@ def factor_with_jitter(
     Returns ``(L, status, jitter_used)``. With several batch elements each keeps its own
     first successful jitter. Differentiable (a chain of ``lax.cond`` / ``where``).
     """
-    n = a.shape[-1]
-    eye = jnp.eye(n, dtype=a.dtype)
-    j0 = jnp.asarray(jitter[0], a.dtype)
-    L, status = chol(a + j0 * eye, backend, nb)
-    used = jnp.full(a.shape[:-2], j0)
-    for j in jitter[1:]:
+    eye = jnp.eye(a.shape[-1], dtype=a.dtype)
+
+    def attempt(j: float) -> tuple[jax.Array, ...]:
         jv = jnp.asarray(j, a.dtype)
+        return (*chol(a + jv * eye, backend, nb), jnp.full(a.shape[:-2], jv))
 
-        def retry(
-            carry: tuple[jax.Array, jax.Array, jax.Array], jv: jax.Array = jv
-        ) -> tuple[jax.Array, jax.Array, jax.Array]:
-            L0, s0, u0 = carry
-            L1, s1 = chol(a + jv * eye, backend, nb)
-            redo = s0 != 0
-            return (
-                jnp.where(redo[..., None, None], L1, L0),
-                jnp.where(redo, s1, s0),
-                jnp.where(redo, jv, u0),
-            )
-
-        L, status, used = lax.cond(jnp.any(status != 0), retry, lambda c: c, (L, status, used))
+    L, status, used = first_factoring(attempt, jitter, 1, per_element=True)
     return L, status, used
 
 

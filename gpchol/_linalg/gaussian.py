@@ -44,11 +44,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from gpchol._base.platform import platform_dependent
 from gpchol._linalg.backends import Backend
 from gpchol._linalg.blocks import default_tile_size
+from gpchol._linalg.cholesky import first_factoring
 from gpchol._linalg.host_lapack import chol_solve_cpu, compiled_lapack
 from gpchol._linalg.inverse import inverse_from_factor
 from gpchol._linalg.status import exact_status
@@ -259,11 +259,7 @@ def gaussian_factor(
     def tried(j: float) -> tuple[jax.Array, ...]:
         return (*attempt(j), jnp.full(r.shape[:-1], j, dtype))
 
-    schedule = rule.jitter or (0.0,)
-    out = tried(schedule[0])
-    for j in schedule[1:]:
-        out = lax.cond(jnp.any(out[3] != 0), lambda j=j: tried(j), lambda out=out: out)
-    L, value, alpha, status, used = out
+    L, value, alpha, status, used = first_factoring(tried, rule.jitter or (0.0,), 3)
     ok = status == 0
     if rule.guarded:
         eye = jnp.eye(n, dtype=L.dtype)

@@ -32,7 +32,6 @@ a covariance is ``(m, *outputs, m, *outputs)``.
 from __future__ import annotations
 
 import math
-import operator
 from functools import partial
 from typing import Any, Protocol
 
@@ -43,8 +42,13 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from gpchol._base.buckets import bucket_size, pad_rows
-from gpchol._base.minibatch import positive_int
-from gpchol._base.validate import as_inputs, check_jitter, is_concrete
+from gpchol._base.validate import (
+    as_inputs,
+    check_finite_rows,
+    check_int,
+    check_jitter,
+    is_concrete,
+)
 from gpchol._linalg.cholesky import factor_with_status
 
 __all__ = [
@@ -141,35 +145,13 @@ def check_block_size(block_size: object) -> int | None:
         ValueError: smaller than 1.
     """
     return (
-        None
-        if block_size is None
-        else positive_int(block_size, "block_size", "test points per block")
+        None if block_size is None else check_int(block_size, "block_size", "test points per block")
     )
 
 
 def sample_count(num: object) -> int:
     """``num`` of a posterior's ``sample`` as a non-negative ``int``, or a clear error."""
-    if isinstance(num, (bool, np.bool_)):
-        raise TypeError(
-            f"num (the number of samples) must be a non-negative int, not a bool; got {num!r}."
-        )
-    try:
-        k = operator.index(num)  # type: ignore[arg-type]
-    except TypeError:
-        hint = (
-            "; it is static, so pass a Python int (not a traced value inside jit)"
-            if not is_concrete(num)
-            else f"; pass an int, e.g. num={round(num)}"  # type: ignore[call-overload]
-            if isinstance(num, (float, np.floating)) and np.isfinite(num)
-            else ""
-        )
-        raise TypeError(
-            f"num (the number of samples) must be a non-negative int; got {num!r} of type "
-            f"{type(num).__name__}{hint}."
-        ) from None
-    if k < 0:
-        raise ValueError(f"num (the number of samples) must be >= 0; got {k}.")
-    return int(k)
+    return check_int(num, "num", "the number of samples", minimum=0, kind="a non-negative int")
 
 
 def checked_inputs(Xs: ArrayLike | None, X: jax.Array, dtype: Any) -> jax.Array:
@@ -184,14 +166,7 @@ def checked_inputs(Xs: ArrayLike | None, X: jax.Array, dtype: Any) -> jax.Array:
             f"Xs has {Xs.shape[1]} column(s) but the training inputs X have {d}; pass test "
             f"inputs of shape (m, {d})."
         )
-    if is_concrete(Xs):
-        bad = np.flatnonzero(~np.all(np.isfinite(np.asarray(Xs)), axis=1))
-        if bad.size:
-            raise ValueError(
-                f"Xs has NaN or inf in row(s) {bad[:5].tolist()}"
-                + (f" and {bad.size - 5} more" if bad.size > 5 else "")
-                + "; drop or impute those test points first."
-            )
+    check_finite_rows(Xs, "Xs", "drop or impute those test points first")
     return Xs.astype(dtype)
 
 
@@ -521,8 +496,7 @@ class Predictions:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> post = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1
             ...                        ).condition(jnp.ones(3))
             >>> m, v = post.mean_and_variance(jnp.arange(5.0), noise=jnp.full(5, 0.2))
@@ -542,8 +516,7 @@ class Predictions:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> post = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1
             ...                        ).condition(jnp.ones(3))
             >>> post.mean(jnp.linspace(0.0, 2.0, 7), block_size=3).shape
@@ -566,8 +539,7 @@ class Predictions:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> post = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1
             ...                        ).condition(jnp.ones(3))
             >>> v = post.variance(jnp.array([1.0, 9.0]), noise=jnp.array([0.0, 0.5]))
@@ -595,8 +567,7 @@ class Predictions:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> post = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1
             ...                        ).condition(jnp.ones(3))
             >>> post.covariance(jnp.arange(4.0), include_noise=True).shape
@@ -640,8 +611,7 @@ class Predictions:
 
         Example:
             >>> import jax, jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> X = jnp.linspace(0.0, 1.0, 4)
             >>> post = GaussianProcess(kernels.ExpSquared(0.5), X, noise=1e-2).condition(X)
             >>> key = jax.random.PRNGKey(0)

@@ -241,19 +241,27 @@ def _kernel_vjp(s: Setup, params: Any, X: jax.Array, G: jax.Array) -> tuple[Any,
     return jax.tree.unflatten(tdef, full), xb
 
 
-def _mean_values(mean: Any, X: jax.Array) -> jax.Array:
-    """The prior mean at ``X`` as ``(n,)``: ``None``, a number/``(n,)`` array, or ``X -> (n,)``."""
+def mean_values(mean: Any, X: jax.Array, *, training: bool = True) -> jax.Array:
+    """The prior mean at ``X`` as ``(n,)``: ``None`` (zero), a number, a function
+    ``X -> (n,)``, or (at the ``training`` inputs only) an ``(n,)`` array."""
     n = X.shape[0]
     if mean is None:
         return jnp.zeros((n,), X.dtype)
-    m = mean(X) if callable(mean) else mean
-    m = jnp.asarray(m)
-    if m.ndim > 1 or (m.ndim == 1 and m.shape[0] not in (1, n)):
+    v = jnp.asarray(mean(X) if callable(mean) else mean)
+    if not training and not callable(mean) and v.shape not in ((), (1,)):
+        raise ValueError(
+            "the posterior's mean is an array of per-training-point values; predictions at "
+            "new inputs need a constant or a mean function (X -> (n,)) instead."
+        )
+    if v.shape not in ((), (1,), (n,)):
         raise ValueError(
             f"mean must be a number, an ({n},) array or a function X -> ({n},); got "
-            f"values of shape {tuple(m.shape)}."
+            f"values of shape {tuple(v.shape)}."
+            if training
+            else f"the mean function gave shape {tuple(v.shape)} at {n} test inputs; it must "
+            f"give ({n},)."
         )
-    return jnp.broadcast_to(m.astype(X.dtype), (n,))
+    return jnp.broadcast_to(v.astype(X.dtype), (n,))
 
 
 def noise_vector(noise: ArrayLike, n: int, dtype: Any, name: str = "noise") -> jax.Array:
@@ -301,7 +309,7 @@ def prepare(
     tiles = -(-n // T_A)
     nt = -(-tiles // Lc) * Lc
     grid = _local.Grid(Pr, Pc, nt, T_A, r, c)
-    resid = y - _mean_values(mean, X)
+    resid = y - mean_values(mean, X)
     return Setup(grid, n, kfn, mesh), X, resid, noise_vector(noise, n, X.dtype)
 
 
@@ -356,8 +364,7 @@ def gaussian_log_likelihood(
         >>> import jax, jax.numpy as jnp
         >>> from gpchol import distributed as gd, kernels
         >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
-        >>> X = jnp.linspace(0.0, 1.0, 16)[:, None]
-        >>> k = kernels.ExpSquared(lengthscale=0.3)
+        >>> X, k = jnp.linspace(0.0, 1.0, 16)[:, None], kernels.ExpSquared(lengthscale=0.3)
         >>> v, s = gd.gaussian_log_likelihood(k, k, X, jnp.sin(6 * X[:, 0]), 0.1, mesh, 4)
         >>> int(s)
         0

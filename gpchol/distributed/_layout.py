@@ -165,32 +165,24 @@ def _cyclic_to_block_dest(P: int, m: int) -> Callable[[int, int], tuple[int, int
     return lambda p, i: ((i * P + p) // m, (i * P + p) % m)
 
 
-def _rows(
+def _permute(
     x: jax.Array, g: Grid, dest_fn: Callable[[int, int], Callable[[int, int], tuple[int, int]]]
 ) -> jax.Array:
-    if g.Pr == 1 or g.row_axis is None:
-        return x
-    T, mr = g.T, g.mr
-    u = x.reshape(mr, T, x.shape[1])
-    return _permute_units(u, g.row_axis, g.Pr, dest_fn(g.Pr, mr)).reshape(x.shape)
-
-
-def _cols(
-    x: jax.Array, g: Grid, dest_fn: Callable[[int, int], Callable[[int, int], tuple[int, int]]]
-) -> jax.Array:
-    if g.Pc == 1 or g.col_axis is None:
-        return x
-    T, mc = g.T, g.mc
-    u = x.reshape(x.shape[0], mc, T).transpose(1, 0, 2)
-    u = _permute_units(u, g.col_axis, g.Pc, dest_fn(g.Pc, mc))
-    return u.transpose(1, 0, 2).reshape(x.shape)
+    """Permute the tile rows, then the tile columns, of a local block among the devices."""
+    for axis, name, P, m in ((0, g.row_axis, g.Pr, g.mr), (1, g.col_axis, g.Pc, g.mc)):
+        if P == 1 or name is None:
+            continue
+        u = jnp.moveaxis(x.reshape(x.shape[:axis] + (m, g.T) + x.shape[axis + 1 :]), axis, 0)
+        u = _permute_units(u, name, P, dest_fn(P, m))
+        x = jnp.moveaxis(u, 0, axis).reshape(x.shape)
+    return x
 
 
 def block_to_cyclic(g: Grid, x: jax.Array) -> jax.Array:
     """Local contiguous (padded) block -> local block-cyclic block."""
-    return _cols(_rows(x, g, _block_to_cyclic_dest), g, _block_to_cyclic_dest)
+    return _permute(x, g, _block_to_cyclic_dest)
 
 
 def cyclic_to_block(g: Grid, x: jax.Array) -> jax.Array:
     """Local block-cyclic block -> local contiguous (padded) block."""
-    return _cols(_rows(x, g, _cyclic_to_block_dest), g, _cyclic_to_block_dest)
+    return _permute(x, g, _cyclic_to_block_dest)

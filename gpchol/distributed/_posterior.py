@@ -40,7 +40,7 @@ from gpchol._base.errors import NotPositiveDefiniteError
 from gpchol._base.validate import as_inputs, is_concrete
 from gpchol._linalg import posterior_core as core
 from gpchol.distributed import _api, _local
-from gpchol.distributed._gp import Setup, factor, kernel_block, prepare
+from gpchol.distributed._gp import Setup, factor, kernel_block, mean_values, prepare
 
 __all__ = ["ShardedPosterior", "ShardedSolver", "condition"]
 
@@ -83,10 +83,9 @@ class ShardedPosterior(core.Predictions):
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from gpchol import distributed as gd, kernels
-        >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
-        >>> X = jnp.linspace(0.0, 1.0, 16)[:, None]
-        >>> k = kernels.ExpSquared(lengthscale=0.3)
-        >>> post = gd.condition(k, k, X, jnp.sin(6 * X[:, 0]), noise=0.01, mesh=mesh)
+        >>> X, k = jnp.linspace(0.0, 1.0, 16)[:, None], kernels.ExpSquared(lengthscale=0.3)
+        >>> post = gd.condition(k, k, X, jnp.sin(6 * X[:, 0]), noise=0.01,
+        ...                     mesh=jax.make_mesh((1, 1), ("r", "c")))
         >>> Xs = jnp.array([[0.25], [0.5]])
         >>> post.mean(Xs).shape, post.variance(Xs, include_noise=True).shape
         ((2,), (2,))
@@ -178,27 +177,6 @@ class ShardedPosterior(core.Predictions):
         return ShardedSolver.of(self)
 
 
-def _mean_at(mean: Any, Xs: jax.Array) -> jax.Array:
-    m = Xs.shape[0]
-    if mean is None:
-        return jnp.zeros((m,), Xs.dtype)
-    if callable(mean):
-        v = jnp.asarray(mean(Xs))
-        if v.shape not in ((), (1,), (m,)):
-            raise ValueError(
-                f"the mean function gave shape {tuple(v.shape)} at {m} test inputs; it must "
-                f"give ({m},)."
-            )
-        return jnp.broadcast_to(v.astype(Xs.dtype), (m,))
-    v = jnp.asarray(mean, Xs.dtype)
-    if v.ndim != 0 and v.shape != (1,):
-        raise ValueError(
-            "the posterior's mean is an array of per-training-point values; predictions at "
-            "new inputs need a constant or a mean function (X -> (n,)) instead."
-        )
-    return jnp.broadcast_to(v.reshape(()), (m,))
-
-
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=["params", "X", "L", "alpha", "mean"],
@@ -251,7 +229,7 @@ class ShardedSolver:
         return out[0], (out[1] if whiten else None)
 
     def prior_mean(self, xb: jax.Array) -> jax.Array:
-        return _mean_at(self.static_mean if self.mean is None else self.mean, xb)
+        return mean_values(self.static_mean if self.mean is None else self.mean, xb, training=False)
 
     def prior_variance(self, xb: jax.Array, part: Any) -> jax.Array:
         s, params = self.setup, self._params(part)
@@ -375,8 +353,7 @@ def condition(
         >>> import jax, jax.numpy as jnp
         >>> from gpchol import distributed as gd, kernels
         >>> mesh = jax.make_mesh((1, 1), ("r", "c"))
-        >>> X = jnp.linspace(0.0, 1.0, 16)[:, None]
-        >>> k = kernels.ExpSquared(lengthscale=0.3)
+        >>> X, k = jnp.linspace(0.0, 1.0, 16)[:, None], kernels.ExpSquared(lengthscale=0.3)
         >>> post = gd.condition(k, k, X, jnp.sin(6 * X[:, 0]), noise=0.01, mesh=mesh)
         >>> int(post.status), round(float(post.mean(jnp.array([[0.25]]))[0]), 2)
         (0, 0.99)
