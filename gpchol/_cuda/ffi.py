@@ -424,18 +424,9 @@ def potrf(a: ArrayLike, *, tile_size: int | None = None) -> tuple[jax.Array, jax
 def potrf_impl(
     a: ArrayLike, *, tile_size: int | None = None, method: str = "auto"
 ) -> tuple[jax.Array, jax.Array]:
-    """:func:`potrf` with the kernel choice exposed.
-
-    Args:
-        a: as for :func:`potrf`.
-        tile_size: as for :func:`potrf`.
-        method: ``"auto"`` (shared-memory kernel for ``n <= small_max_n``), ``"small"``
-            (the shared-memory target; it falls back to the large path where the device's
-            shared memory is too small) or ``"large"``.
-
-    Returns:
-        ``(L, status)`` as for :func:`potrf`.
-    """
+    """:func:`potrf` with the kernel choice ``method`` exposed: ``"auto"`` (the
+    shared-memory kernel for ``n <= small_max_n``), ``"small"`` (that target; it falls back
+    to the large path where the device's shared memory is too small) or ``"large"``."""
     a = _as_batch_of_squares(a, "potrf", "a")
     tile = _check_tile_size(tile_size, "potrf")
     dtype = np.dtype(a.dtype)

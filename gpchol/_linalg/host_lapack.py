@@ -4,8 +4,8 @@ the factor-and-solve of the Gaussian likelihood (``potrf`` + two ``trsv``), both
 On the CPU platform XLA runs gpchol's tiled inverse (:func:`gpchol._linalg.tiled.cho_inverse_tiled`)
 as a chain of slices, GEMMs and triangular solves, each a separate XLA operation with its
 own copies of the operands. LAPACK's ``potri`` does the same arithmetic (``n^3 / 3`` for
-``trtri`` plus ``n^3 / 3`` for ``lauum``) in place, blocked and multi-threaded: about 2.8x
-faster at ``n = 4000`` float64 on this project's 2-core CPU. Both calls go through
+``trtri`` plus ``n^3 / 3`` for ``lauum``) in place, blocked and multi-threaded, and faster
+(``benchmarks/results/design-measurements.md``). Both calls go through
 gpchol's compiled XLA FFI handlers (:mod:`gpchol._cpu.ffi`): no Python callback, so
 nothing here can deadlock XLA's CPU runtime, hold the GIL or turn Ctrl-C into an internal
 error, and ``vmap`` is looped over inside the handler.

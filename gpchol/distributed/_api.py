@@ -82,11 +82,9 @@ def default_tile(n: int, Pr: int, Pc: int, tiles: int | None = None) -> int:
 
     About ``max(4 lcm(Pr, Pc), tiles)`` tiles per dimension, each of 32 to 256 rows (at
     most one shard), cut so that the padding is least; ``tiles`` defaults to 16, or 32
-    past ``n = 2048``. Measured on a simulated 2x4 CPU mesh (forward factorization, median
-    of 5, ``OPENBLAS_NUM_THREADS=1``): ``n = 1024, 2048, 4096`` ran fastest at
-    ``T_A = 64, 128, 128``; fewer, larger tiles make the panels large and the trailing
-    updates coarse, more tiles mostly add compile time (the program is unrolled over the
-    tiles).
+    past ``n = 2048``: fewer, larger tiles make the panels large and the trailing updates
+    coarse, more tiles mostly add compile time (the program is unrolled over the tiles;
+    ``benchmarks/results/design-measurements.md``).
     """
     Lc = math.lcm(Pr, Pc)
     seg = -(-n // Lc)  # indices per segment (the unit that is padded)

@@ -178,8 +178,8 @@ def _after(x: jax.Array, dep: jax.Array | None) -> jax.Array:
     happens only when the result is already non-finite). Used on the slices of the
     factor ``L`` that a reverse or tangent step reads: they depend on ``L`` alone, and
     XLA's CPU scheduler (its concurrency-optimised one, the default) otherwise computes
-    all of them at the start, so that every step's panels are alive at once (about 4x the
-    memory-minimising scheduler's temporaries: ``benchmarks/results/design-measurements.md``).
+    all of them at the start, so that every step's panels are alive at once
+    (``benchmarks/results/design-measurements.md``).
     ``lax.optimization_barrier`` does not help: XLA's CPU pipeline removes it before
     scheduling. ``dep=None``: ``x`` itself.
     """
