@@ -62,6 +62,18 @@ def _describe_bad(arr: np.ndarray, ok: np.ndarray) -> str:
     return f"value(s) {shown}{more} of an array of shape {arr.shape}"
 
 
+def _check_domain(t: Any, c: Any, inside: Any, must: str) -> None:
+    """Raise ``ValueError`` naming the entries of a concrete ``c`` not ``inside(c)`` the
+    domain of the transform ``t``: "... it must {must}"."""
+    arr = _concrete(c)
+    if arr is not None:
+        ok = np.asarray(inside(arr))
+        if not np.all(ok):
+            raise ValueError(
+                f"{_describe_bad(arr, ok)} is outside the domain of {t!r}: it must {must}"
+            )
+
+
 def _check_finite_float(value: Any, name: str) -> float:
     try:
         out = float(value)
@@ -188,16 +200,13 @@ class Positive(Transform):
 
     def inverse(self, c: Any) -> jax.Array:
         """Returns the ``u`` with ``forward(u) == c``; ``c`` must be ``> lower``."""
-        arr = _concrete(c)
-        if arr is not None:
-            ok = np.asarray(arr > self.lower)
-            if not np.all(ok):
-                raise ValueError(
-                    f"{_describe_bad(arr, ok)} is outside the domain of {self!r}: it must be "
-                    f"> {self.lower} (and not NaN). Give an initial value inside the domain, "
-                    "or use a different transform (Identity(), Positive(lower=...))."
-                )
-
+        _check_domain(
+            self,
+            c,
+            lambda a: a > self.lower,
+            f"be > {self.lower} (and not NaN). Give an initial value inside the domain, "
+            "or use a different transform (Identity(), Positive(lower=...)).",
+        )
         return _elementwise(c, lambda xp, v: _softplus_inverse(xp, v - self.lower))
 
 
@@ -236,14 +245,12 @@ class Below(Transform):
 
     def inverse(self, c: Any) -> jax.Array:
         """Returns the ``u`` with ``forward(u) == c``; ``c`` must be ``< high``."""
-        arr = _concrete(c)
-        if arr is not None:
-            ok = np.asarray(arr < self.high)
-            if not np.all(ok):
-                raise ValueError(
-                    f"{_describe_bad(arr, ok)} is outside the domain of {self!r}: it must be "
-                    f"< {self.high} (and not NaN). Give an initial value inside the domain."
-                )
+        _check_domain(
+            self,
+            c,
+            lambda a: a < self.high,
+            f"be < {self.high} (and not NaN). Give an initial value inside the domain.",
+        )
         return _elementwise(c, lambda xp, v: _softplus_inverse(xp, self.high - v))
 
 
@@ -312,15 +319,13 @@ class Bounded(Transform):
 
     def inverse(self, c: Any) -> jax.Array:
         """Returns the ``u`` with ``forward(u) == c``; ``low < c < high`` required."""
-        arr = _concrete(c)
-        if arr is not None:
-            ok = np.asarray((arr > self.low) & (arr < self.high))
-            if not np.all(ok):
-                raise ValueError(
-                    f"{_describe_bad(arr, ok)} is outside the domain of {self!r}: it must lie "
-                    f"strictly between {self.low} and {self.high}. Give an initial value "
-                    "inside the interval, or widen the bounds."
-                )
+        _check_domain(
+            self,
+            c,
+            lambda a: (a > self.low) & (a < self.high),
+            f"lie strictly between {self.low} and {self.high}. Give an initial value inside "
+            "the interval, or widen the bounds.",
+        )
         return _elementwise(c, lambda xp, v: xp.log(v - self.low) - xp.log(self.high - v))
 
 

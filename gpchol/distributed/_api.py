@@ -67,7 +67,9 @@ def axes_of(spec: P | tuple[Any, ...], mesh: AnyMesh) -> tuple[str | None, str |
     return r, c
 
 
-def _check_matrix(a: Any, name: str = "a") -> None:
+def _matrix(a: Any, name: str = "a") -> jax.Array:
+    """``a`` as a float ``(n, n)`` array, or a clear error."""
+    a = as_float_array(a, name)
     if a.ndim != 2:
         raise ValueError(
             f"{name} must be a 2-D (n, n) matrix; got shape {tuple(a.shape)}. The "
@@ -75,6 +77,7 @@ def _check_matrix(a: Any, name: str = "a") -> None:
         )
     if a.shape[0] != a.shape[1]:
         raise ValueError(f"{name} must be square; got shape {tuple(a.shape)}.")
+    return a
 
 
 def default_tile(n: int, Pr: int, Pc: int, tiles: int | None = None) -> int:
@@ -278,8 +281,7 @@ def potrf_jit_ctx(
         >>> float(L[0, 0]), int(status)
         (2.0, 0)
     """
-    a = as_float_array(a, "a")
-    _check_matrix(a)
+    a = _matrix(a)
     mesh, spec = _resolve(a, mesh, spec)
     return _potrf_traced(a, T_A, mesh, spec)
 
@@ -378,8 +380,7 @@ def potrf(
         >>> float(L[3, 3])
         3.0
     """
-    a = as_float_array(a, "a")
-    _check_matrix(a)
+    a = _matrix(a)
     mesh, spec = _resolve(a, mesh)
     spec = _norm_spec(spec)
     axes_of(spec, mesh)
@@ -499,8 +500,7 @@ def potrs_jit_ctx(
         >>> jax.jit(lambda L: gd.potrs_jit_ctx(L, jnp.ones(4), 2))(L).tolist()
         [0.25, 0.25, 0.25, 0.25]
     """
-    L = as_float_array(L, "L")
-    _check_matrix(L, "L")
+    L = _matrix(L, "L")
     b = as_float_array(b, "b")
     mesh, spec = _resolve(L, mesh, spec)
     return _potrs_traced(L, b, T_A, mesh, spec)
@@ -527,8 +527,7 @@ def potrs(
         >>> gd.potrs(L, jnp.ones((4, 2)), 2).shape
         (4, 2)
     """
-    L = as_float_array(L, "L")
-    _check_matrix(L, "L")
+    L = _matrix(L, "L")
     b = as_float_array(b, "b")
     mesh, spec = _resolve(L, mesh)
     if not isinstance(L, jax.core.Tracer):
@@ -607,8 +606,7 @@ def logdet_jit_ctx(
         >>> round(float(jax.jit(gd.logdet_jit_ctx)(L)), 4)  # 4 log 4
         5.5452
     """
-    L = as_float_array(L, "L")
-    _check_matrix(L, "L")
+    L = _matrix(L, "L")
     mesh, spec = _resolve(L, mesh, spec)
     return _logdet_traced(L, mesh, spec)
 
@@ -630,8 +628,7 @@ def logdet(L: jax.Array, mesh: AnyMesh | None = None) -> jax.Array:
         >>> round(float(gd.logdet(gd.potrf(jnp.eye(4) * 4.0, 2, mesh))), 4)
         5.5452
     """
-    L = as_float_array(L, "L")
-    _check_matrix(L, "L")
+    L = _matrix(L, "L")
     mesh, spec = _resolve(L, mesh)
     if not isinstance(L, jax.core.Tracer):
         L = _place(L, mesh, _norm_spec(spec))
