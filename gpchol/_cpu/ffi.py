@@ -80,11 +80,9 @@ _BLAS3 = tuple(
 )
 
 SPLIT_ABOVE = 8192
-"""Above this order the handlers factor and invert by halving (BLAS-3 on blocks, with
-OpenBLAS's threads) instead of one potrf / potri call: SciPy 1.17.1's OpenBLAS crashes in
-its threaded ``syrk`` (and so ``potrf``) from order ~23,000 on on this project's 2-core
-machine and from 16,000 on on another (see ``lapack_ffi.cc``); 11,314 and below completed
-on both. At n = 12,000 and 16,000 halving is as fast as the one call (2 cores)."""
+"""Above this order the handlers factor and invert by halving (BLAS-3 on blocks) instead of
+one potrf / potri call, which crashes in SciPy's threaded OpenBLAS at large orders (see
+``lapack_ffi.cc``)."""
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}  # "reason": str | None once loading was tried
@@ -237,12 +235,10 @@ def _openblas_thread_functions() -> tuple[int, int] | None:
 
 
 def one_thread_max_n() -> int:
-    """The order up to which the handlers run OpenBLAS on one thread (the library's own
-    constant; loads it): faster at the orders of a GP step on few cores. For a matrix whose
-    factorization fails only by rounding (a rank-deficient Gram matrix), the failing pivot
-    LAPACK reports can depend on OpenBLAS's thread count, so a reference computed with
-    SciPy's ``potrf`` must run the same way to compare exactly. ``0`` when the handlers
-    are not loaded.
+    """The order up to which the handlers run OpenBLAS on one thread (``0`` when not loaded).
+
+    A failing pivot found by rounding can depend on OpenBLAS's thread count, so a SciPy
+    ``potrf`` reference must run the same way to compare exactly.
 
     Example:
         >>> from gpchol._cpu.ffi import one_thread_max_n
@@ -295,8 +291,8 @@ def chol_solve(
 ) -> tuple[jax.Array, ...]:
     """``(L, alpha, quad, logdet, status)`` of ``K`` and ``r`` by LAPACK, ``K`` in place.
 
-    ``K``'s buffer becomes ``L``'s (XLA copies ``K`` first only if something still reads
-    it). A failed factorization gives LAPACK's ``info`` as status and NaN elsewhere.
+    ``K``'s buffer becomes ``L``'s. A failed factorization gives LAPACK's ``info`` as
+    status and NaN elsewhere.
 
     Args:
         K: ``(..., n, n)`` symmetric positive definite (lower triangle read).
@@ -308,7 +304,7 @@ def chol_solve(
         symmetric: the caller guarantees ``K`` equals its transpose bit for bit (e.g.
             ``(A + A^T) / 2``): the row-major form then skips its first relayout pass
             (the result is the same).
-        split_above: above this order ``K`` is factored by halving (:data:`SPLIT_ABOVE`).
+        split_above: the order above which the handler halves (:data:`SPLIT_ABOVE`).
 
     Returns:
         ``L (..., n, n)`` (lower, zero strict upper), ``alpha = K^-1 r (..., n)``,
@@ -369,8 +365,7 @@ def potri(
         column_major: ``F`` is the lower factor ``L`` laid out column-major (as
             ``chol_solve(..., column_major=True)`` leaves it), and so is the result (the
             full symmetric inverse: the same numbers in either layout). No relayout.
-        split_above: above this order the inverse is computed by halving
-            (:data:`SPLIT_ABOVE`).
+        split_above: as for :func:`chol_solve`.
 
     Returns:
         ``(..., n, n)`` the full symmetric ``A^-1``; NaN where the factor is singular.
@@ -405,8 +400,7 @@ def potrf_info(a: jax.Array, mask: jax.Array, *, split_above: int = SPLIT_ABOVE)
     Args:
         a: ``(..., n, n)`` symmetric (lower triangle read).
         mask: ``a.shape[:-2]`` booleans.
-        split_above: above this order the factor is computed by halving
-            (:data:`SPLIT_ABOVE`).
+        split_above: as for :func:`chol_solve`.
 
     Returns:
         int32 ``(...)``: 0, or the 1-based order of the first failing leading minor.
@@ -433,10 +427,9 @@ def potrf_info(a: jax.Array, mask: jax.Array, *, split_above: int = SPLIT_ABOVE)
 def trsm(a: jax.Array, b: jax.Array, *, left: bool, lower: bool, transpose: bool) -> jax.Array:
     """Solve ``op(a) x = b`` (``left``) or ``x op(a) = b`` for each matrix, by BLAS ``trsm``.
 
-    The batch is looped over on the calling thread (jaxlib 0.10.2's batched kernels hand
-    it to XLA's thread pool and wait, which deadlocks when as many run at once as the pool
-    has threads; see ``lapack_ffi.cc``). Both operands are declared column-major, as
-    jaxlib's own triangular solve declares them, so XLA lays them out the same way.
+    The batch is looped over on the calling thread (jaxlib's batched kernels can deadlock
+    XLA's thread pool; see ``lapack_ffi.cc``); both operands are column-major, as for
+    jaxlib's own triangular solve.
 
     Args:
         a: ``(..., k, k)`` triangular (only the triangle named by ``lower`` is read), or

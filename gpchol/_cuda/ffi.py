@@ -22,10 +22,8 @@ For tests and diagnostics (through :mod:`gpchol._internal`, as ``cuda_ffi``):
 :func:`registered_library`, :func:`loaded_library_paths`, :func:`default_candidates`,
 :func:`gpu_reason`, :func:`ensure_registered`, :func:`build_info`.
 
-Both functions are traceable (``jit``, ``vmap``: the batch dimension is handled by the
-kernels, ``vmap_method="broadcast_all"``) and work in place: the input ``a`` (for
-:func:`potrf`) and the cotangent ``Lbar`` (for :func:`potrf_adjoint`) are aliased to the
-output, so donating them costs no second ``n x n`` buffer.
+Both are traceable (``jit``, ``vmap``: ``vmap_method="broadcast_all"``) and work in place
+(``a``, resp. ``Lbar``, is aliased to the output: donate it).
 """
 
 from __future__ import annotations
@@ -97,10 +95,7 @@ _registered: str | None = None  # path of the library whose targets are register
 
 
 def default_candidates() -> list[Path]:
-    """The default build locations, in the order they are searched.
-
-    ``gpchol/_lib/libgpchol_cuda.so`` (``python -m gpchol.build``), then
-    ``build/libgpchol_cuda.so`` next to the package (CMake run by hand).
+    """The default build locations, in search order (see the module docstring).
 
     Example:
         >>> [p.name for p in default_candidates()]
@@ -123,11 +118,8 @@ def loaded_library_paths() -> list[str]:
 def library_path() -> Path | None:
     """Path of the CUDA kernels library that would be used, or ``None`` if none exists.
 
-    ``GPCHOL_CUDA_LIB``, when set, wins (even if the file is missing: the caller then gets
-    a reason naming it); otherwise the default build locations are searched.
-
-    Returns:
-        The path, or ``None`` when no built library is found.
+    ``GPCHOL_CUDA_LIB``, when set, wins even if the file is missing (the reason then names
+    it); otherwise :func:`default_candidates` are searched.
     """
     override = os.environ.get(ENV_VAR)
     if override:
@@ -254,16 +246,10 @@ def ensure_registered() -> str | None:
 
 
 def cuda_unavailable_reason() -> str | None:
-    """Why the CUDA backend cannot be used, or ``None`` when it can.
+    """Why the CUDA backend cannot be used (one sentence with the fix), or ``None``.
 
-    The first call that finds everything in place also loads the library and registers its
-    FFI targets for the ``"CUDA"`` platform (once per process). Later changes of
-    ``GPCHOL_CUDA_LIB`` do not replace a library already registered.
-
-    Returns:
-        ``None`` if the kernels library is built, loads, matches the driver and a CUDA
-        device is visible to JAX; otherwise one sentence saying what is missing and how to
-        fix it.
+    The first call that finds everything in place loads and registers the library (once
+    per process; a later ``GPCHOL_CUDA_LIB`` does not replace it).
     """
     return ensure_registered()
 
@@ -311,16 +297,10 @@ def build_info() -> dict[str, Any]:
 
 
 def small_max_n(dtype: DTypeLike) -> int:
-    """Largest ``n`` handled by the shared-memory batched kernels for ``dtype``.
+    """Largest ``n`` of the shared-memory batched kernels for ``dtype`` (float32 or float64).
 
-    On a device with too little shared memory per block for a given ``n`` the kernels
-    run that batch on the large path instead (same results).
-
-    Args:
-        dtype: float32 or float64.
-
-    Returns:
-        128 for float32, 64 for float64.
+    A device with too little shared memory runs such a batch on the large path (same
+    results).
 
     Example:
         >>> small_max_n(np.float32), small_max_n(np.float64)
@@ -447,8 +427,7 @@ def potrf_impl(
 def potrf_adjoint(L: ArrayLike, Lbar: ArrayLike, *, tile_size: int | None = None) -> jax.Array:
     r"""Reverse-mode derivative of the Cholesky factorization (Murray's blocked adjoint).
 
-    For a scalar ``f(L)`` with ``L = chol(A)`` and ``Lbar = df/dL``, returns the symmetric
-    gradient
+    For ``L = chol(A)`` and ``Lbar = df/dL``, the symmetric gradient
 
     .. math:: G = \tfrac12 (\bar\Sigma + \bar\Sigma^T),\quad
         \bar\Sigma = \Phi(L^{-T} (P + P^T) L^{-1}),\quad P = \Phi(L^T \bar L),
@@ -457,9 +436,8 @@ def potrf_adjoint(L: ArrayLike, Lbar: ArrayLike, *, tile_size: int | None = None
     ``jnp.linalg.cholesky``. Large matrices use the blocked, level-3 form of I. Murray,
     "Differentiation of the Cholesky decomposition" (arXiv:1602.07527): cuBLAS TRSM/GEMM
     plus gpchol's kernels for the diagonal blocks, about twice the forward's flops.
-    Small ones (see :func:`potrf`) use the shared-memory batched kernel.
-
-    ``Lbar`` is aliased to the result: donate it to work in place.
+    Small ones use the shared-memory kernel, as in :func:`potrf`. ``Lbar`` is aliased to
+    the result: donate it to work in place.
 
     Args:
         L: ``(..., n, n)`` lower Cholesky factors (strict upper triangle not read).
@@ -472,9 +450,8 @@ def potrf_adjoint(L: ArrayLike, Lbar: ArrayLike, *, tile_size: int | None = None
         ``G`` of shape ``(..., n, n)``, symmetric.
 
     Raises:
-        TypeError: wrong dtype, mismatched dtypes, or a non-int ``tile_size``.
-        ValueError: shapes that are not equal batches of square matrices.
-        RuntimeError: the CUDA kernels are unavailable.
+        TypeError, ValueError, RuntimeError: as for :func:`potrf`; also ``L`` and ``Lbar``
+            of different dtypes (TypeError) or shapes (ValueError).
     """
     return potrf_adjoint_impl(L, Lbar, tile_size=tile_size)
 

@@ -257,19 +257,15 @@ def potrf_jit_ctx(
     r"""Sharded Cholesky for use inside the caller's own ``jax.jit``.
 
     Args:
-        a: ``(n, n)`` symmetric positive-definite matrix (lower triangle read), sharded as
-            ``P(row_axis, col_axis)``, ``P(row_axis, None)`` or ``P(None, col_axis)``. An
-            array laid out otherwise (e.g. unsharded) is placed so by a sharding
-            constraint (``mesh`` must then be given or set by ``jax.set_mesh``).
-        T_A: tile size (``1 <= T_A <= n / max(Pr, Pc)``); default picks one.
+        a, T_A: as for :func:`potrf` (an ``a`` laid out otherwise is placed by a sharding
+            constraint; ``mesh`` must then be given or set by ``jax.set_mesh``).
         mesh: the mesh; default: ``a``'s sharding, else the mesh set by ``jax.set_mesh``.
         spec: the ``PartitionSpec`` of ``a`` when it cannot be read from ``a`` (default:
             the mesh's first two axes).
 
     Returns:
-        ``(L, status)``: ``(n, n)`` lower factor sharded like ``a`` (NaN on failure) and a
-        replicated int32 status (0, or the 1-based first failing pivot). The factor is
-        computed in the work buffer; donate ``a`` to the caller's ``jit`` to reuse it.
+        ``(L, status)`` as for :func:`potrf`, ``(n, n)`` and a replicated int32 scalar;
+        donate ``a`` to the caller's ``jit`` to reuse its buffer.
 
     Example:
         >>> import jax, jax.numpy as jnp, numpy as np
@@ -355,10 +351,9 @@ def potrf(
             ``P(row_axis, None)`` / ``P(None, col_axis)``). An unsharded array is placed
             with ``P(first_axis, second_axis)`` of ``mesh``: by ``jax.device_put`` when
             concrete, by a sharding constraint when traced (inside the caller's ``jit``
-            or ``grad``). ``n`` need not be a multiple
-            of ``T_A`` (the tiles are padded internally, and unpadded on return); it must be
-            a multiple of each sharded mesh axis size, because JAX cannot hold such an
-            array otherwise (a ``ValueError`` says how to pad; the GP likelihood
+            or ``grad``). ``n`` need not be a multiple of ``T_A`` (the tiles are padded
+            inside); it must be a multiple of each sharded mesh axis size, which JAX
+            needs to hold the array (a ``ValueError`` says how to pad;
             :func:`gaussian_log_likelihood` takes any ``n``).
         T_A: tile size, ``1 <= T_A <= n / max(Pr, Pc)``; default picks one.
         mesh: the mesh (default: ``a``'s).
@@ -386,8 +381,7 @@ def potrf(
     axes_of(spec, mesh)
     _setup(a.shape[0], T_A, mesh, *axes_of(spec, mesh))
     if isinstance(a, jax.core.Tracer):
-        # inside the caller's jit/grad/vmap: the same cached jitted function (placed by a
-        # sharding constraint inside; a traced input is not donated)
+        # a traced input is placed by a sharding constraint inside and not donated
         L, status = _potrf_jitted(mesh, spec, T_A, False)(a)
     else:
         a = _place(a, mesh, spec)
@@ -483,14 +477,8 @@ def potrs_jit_ctx(
 ) -> jax.Array:
     r"""Solve ``(L L^T) x = b`` with a sharded factor, inside the caller's ``jax.jit``.
 
-    Args:
-        L: ``(n, n)`` lower factor from :func:`potrf` (sharded as in :func:`potrf`).
-        b: ``(n,)`` or ``(n, k)`` right-hand side(s); replicated inside (``n * k`` numbers).
-        T_A: tile size of the solve.
-        mesh, spec: as in :func:`potrf_jit_ctx`.
-
-    Returns:
-        ``x`` with ``b``'s shape, replicated.
+    ``L``, ``b``, ``T_A`` and the result as for :func:`potrs`; ``mesh``, ``spec`` as for
+    :func:`potrf_jit_ctx`. Shapes: ``L`` ``(n, n)``, ``b`` and ``x`` ``(n,)`` or ``(n, k)``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -545,13 +533,9 @@ def potrs_shardmap_ctx(
 ) -> jax.Array:
     r"""Solve with the local factor block inside the caller's ``shard_map``.
 
-    Args:
-        L_block: local ``(n/Pr, n/Pc)`` block of the factor.
-        b: replicated ``(n,)`` or ``(n, k)`` right-hand side.
-        T_A, row_axis, col_axis: as in :func:`potrf_shardmap_ctx`.
-
-    Returns:
-        replicated ``x`` with ``b``'s shape.
+    ``L_block`` is the local ``(n/Pr, n/Pc)`` block of the factor, ``b`` a replicated
+    ``(n,)`` or ``(n, k)`` right-hand side; ``T_A``, ``row_axis``, ``col_axis`` as for
+    :func:`potrf_shardmap_ctx`. Returns the replicated ``x`` with ``b``'s shape.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -592,11 +576,8 @@ def logdet_jit_ctx(
 ) -> jax.Array:
     r"""``log det(L L^T)`` from a sharded factor, inside the caller's ``jax.jit``.
 
-    Args:
-        L: ``(n, n)`` sharded lower factor. mesh, spec: as in :func:`potrf_jit_ctx`.
-
-    Returns:
-        replicated scalar.
+    As :func:`logdet` (``L`` ``(n, n)``, a replicated scalar result); ``mesh``, ``spec`` as
+    for :func:`potrf_jit_ctx`.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -643,11 +624,8 @@ def _logdet_cached(mesh: AnyMesh, spec: P) -> Callable[..., Any]:
 def logdet_shardmap_ctx(L_block: jax.Array, row_axis: str, col_axis: str) -> jax.Array:
     r"""``log det(L L^T)`` from the local factor block inside the caller's ``shard_map``.
 
-    Args:
-        L_block: local ``(n/Pr, n/Pc)`` block. row_axis, col_axis: mesh axis names.
-
-    Returns:
-        replicated scalar.
+    ``L_block`` is the local ``(n/Pr, n/Pc)`` block, ``row_axis``, ``col_axis`` as for
+    :func:`potrf_shardmap_ctx`; the result is a replicated scalar.
 
     Example:
         >>> import jax, jax.numpy as jnp
