@@ -7,12 +7,10 @@ A model conditioned on data ``y`` keeps a factor of its training covariance ``K`
     mean = m(Xs) + k(Xs, X) alpha,     var = k(x, x) - ||V[:, x]||^2,
     cov  = k(Xs, Xs) - V^T V,          V = L^-1 k(X, Xs)  (any W with W^T W = k K^-1 k).
 
-What every model does alike is written here, once: the checks of the test inputs (shape,
-NaN rows), of the block size and of the test points' observation noise; the padding of
-the test points to a size bucket or to whole blocks and the ``lax.map`` over blocks of
-``b`` test points (so ``m = 10^6`` points need one ``(n, b)`` cross-covariance at a time);
-the jitted programs of mean and variance, covariance and joint samples (each compiled once
-per solver structure, shape and option); clipping, noise and symmetrisation.
+What every model does alike is written here, once: the checks of the test inputs, block
+size and test-point noise; the padding of the test points and the ``lax.map`` over blocks
+of ``b`` of them (one ``(n, b)`` cross-covariance at a time); the jitted programs of mean
+and variance, covariance and joint samples; clipping, noise and symmetrisation.
 
 *What a solver supplies* (:class:`PosteriorSolver`, a pytree whose arrays are its
 children): its training inputs ``inputs`` (``(n, d)``), the trailing shape ``outputs`` of
@@ -388,12 +386,10 @@ def predict(
         solver: the model's :class:`PosteriorSolver`.
         Xs: ``(m, d)`` test inputs (``None``: the training inputs).
         want_var: compute the variance (else it is zeros plus the noise).
-        **query: ``dtype`` (the predictions'); ``part`` (``None``: the whole model, or
-            a checked part of its covariance); ``noise`` (the test points' own variance,
-            a scalar or ``(m,)``); ``include_noise`` (add ``model_noise``, the model's
-            variance, when ``noise`` is ``None``; see :func:`checked_noise`);
-            ``block_size`` (the call's test points per block) and ``own_block`` (the
-            posterior's; ``None``: the solver's default).
+        **query: ``dtype``; ``part`` (``None``: the whole model); ``noise``,
+            ``include_noise`` and ``model_noise`` (see :func:`checked_noise`);
+            ``block_size`` (the call's) and ``own_block`` (the posterior's; ``None``:
+            the solver's default).
 
     Returns:
         ``(mean, variance)``; the latent variance is clipped at 0 before the noise.
@@ -403,9 +399,7 @@ def predict(
     if m == 0:
         empty = jnp.zeros((0, *solver.outputs), x.dtype)
         return empty, empty
-    # Test points padded to a size bucket (one block) or to whole blocks, so that
-    # predictions at a varying number of points share one program; each point's result
-    # depends on its own row only, and the padded rows are dropped.
+    # padded to a size bucket or whole blocks: varying m shares one program (rows independent)
     size = -(-m // b) * b
     if b >= m:
         bb = _block(solver, query.get("block_size"), query.get("own_block"), bucket_size(m))
@@ -438,9 +432,8 @@ def sample(
     jitter: Any,
     **query: Any,
 ) -> jax.Array:
-    """``(num, m, *outputs)`` joint posterior samples at ``Xs``: of ``f``, or with the
-    noise of new observations; ``jitter`` is the relative schedule of
-    :func:`gaussian_samples` (other arguments as for :func:`predict`)."""
+    """``(num, m, *outputs)`` joint posterior samples at ``Xs`` (``jitter`` as for
+    :func:`gaussian_samples`, other arguments as for :func:`predict`)."""
     k = sample_count(num)
     rel = check_jitter(jitter) or (0.0,)
     x, nz, b, part = _query(solver, Xs, **query)
@@ -456,10 +449,8 @@ class Predictions:
     """The prediction methods of a Gaussian posterior, written once over the core.
 
     A posterior class inherits them and supplies ``_solver`` (its
-    :class:`PosteriorSolver`) and ``_core_args(Xs, kernel, block_size)``: the core's
-    ``dtype``, ``part`` (``kernel`` checked as a part of the model's covariance),
-    ``model_noise``, ``block_size`` and ``own_block`` (see :func:`predict`), after the
-    model's own checks of ``Xs``.
+    :class:`PosteriorSolver`) and ``_core_args(Xs, kernel, block_size)``: the ``**query``
+    of :func:`predict` but the noise, after the model's own checks of ``Xs``.
     """
 
     @property
@@ -511,8 +502,8 @@ class Predictions:
     ) -> jax.Array:
         """Posterior mean of the latent function at ``Xs``, ``(m,)``.
 
-        Arguments as for :meth:`mean_and_variance` (with ``kernel=k_part``, that
-        component's posterior mean, ``k_part(Xs, X) K^-1 (y - m(X))`` for an exact GP).
+        Arguments as for :meth:`mean_and_variance` (``kernel=k_part``:
+        ``k_part(Xs, X) K^-1 (y - m(X))`` for an exact GP).
 
         Example:
             >>> import jax.numpy as jnp
@@ -561,9 +552,8 @@ class Predictions:
     ) -> jax.Array:
         """Posterior covariance ``k(Xs, Xs) - V^T V``, the ``(m, m)`` symmetric matrix.
 
-        For a moderate number of test points (``V`` is built block by block). Arguments
-        as for :meth:`mean_and_variance`; the noise goes on the diagonal (the covariance
-        of new observations ``y*``).
+        Arguments as for :meth:`mean_and_variance`; the noise goes on the diagonal (the
+        covariance of new observations ``y*``).
 
         Example:
             >>> import jax.numpy as jnp
@@ -592,12 +582,10 @@ class Predictions:
 
         Args:
             key: a ``jax.random`` key.
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs); ``m = 0`` gives
-                an empty ``(num, 0)`` result.
-            num: number of samples, a non-negative Python int (anything with
-                ``__index__``, not a bool); static.
-            jitter: schedule of diagonal jitter, relative to the largest posterior
-                variance, tried in order when factoring the posterior covariance.
+            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
+            num: number of samples, a non-negative int (``__index__``, not a bool); static.
+            jitter: diagonal jitters relative to the largest posterior variance, tried in
+                order when factoring the posterior covariance.
             kernel, include_noise, noise, block_size: as for :meth:`mean_and_variance`
                 (with noise: samples of ``y* = f + eps``).
 
@@ -605,8 +593,7 @@ class Predictions:
             ``(num, m)`` samples.
 
         Raises:
-            TypeError: ``num`` is not an integer (e.g. ``2.7``, ``True`` or a traced
-                value).
+            TypeError: ``num`` is not an integer (``2.7``, ``True``, a traced value).
             ValueError: ``num`` is negative.
 
         Example:
