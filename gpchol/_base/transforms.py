@@ -113,12 +113,9 @@ def _as_float(x: Any) -> jax.Array:
 
 
 def _elementwise(x: Any, fn: Any) -> jax.Array:
-    """``fn(xp, v)`` on ``x`` as a floating array: with ``xp = jax.numpy`` when ``x`` is
-    traced, with ``xp = numpy`` when it is concrete, the result then placed on the device.
-    The transforms run on concrete values before and after every fit (the start's inverse,
-    the result's forward), and eager JAX would compile one small program per operation and
-    shape there; NumPy compiles nothing. The dtype is JAX's: that of a floating array, the
-    default float for Python numbers and integers."""
+    """``fn(xp, v)`` on ``x`` as a floating array (JAX's dtype): ``xp = jax.numpy`` when
+    ``x`` is traced, else ``numpy`` (eager JAX would compile a program per operation and
+    shape at every fit's start and end), the result placed on the device."""
     if isinstance(x, jax.core.Tracer):
         return fn(jnp, _as_float(x))
     dtype = jnp.result_type(x)
@@ -165,11 +162,9 @@ class Positive(Transform):
 
     ``forward(u) = lower + softplus(u) = lower + log(1 + exp(u))`` and
     ``inverse(c) = y + log(-expm1(-y))`` with ``y = c - lower``, which is
-    ``log(exp(y) - 1)`` written so that it neither overflows for large ``y`` nor loses
-    precision for small ``y``. Softplus grows linearly for large ``u`` (no overflow,
-    unlike ``exp``) and is close to ``exp(u)`` for very negative ``u``; there, in floating
-    point, ``lower + softplus(u)`` rounds to ``lower`` itself (for ``lower = 0``: once
-    ``exp(u)`` underflows, near ``u < -745`` in float64 and ``u < -103`` in float32).
+    ``log(exp(y) - 1)`` without overflow or cancellation. For very negative ``u``,
+    ``lower + softplus(u)`` rounds to ``lower`` itself (for ``lower = 0``: once ``exp(u)``
+    underflows, near ``u < -745`` in float64 and ``u < -103`` in float32).
 
     Args:
         lower: the (excluded) lower bound of the domain, a finite float; default 0.
@@ -225,7 +220,8 @@ class Below(Transform):
         high: the (excluded) upper bound of the domain, a finite float.
 
     Raises:
-        ValueError: from :meth:`inverse` when a concrete value is not ``< high``.
+        ValueError: from :meth:`inverse` when a concrete value is not ``< high`` (as for
+            :class:`Positive`).
 
     Example:
         >>> from gpchol._base.transforms import Below
@@ -258,9 +254,8 @@ class Below(Transform):
 class LogPositive(Transform):
     """``c = exp(u)``: a positive parameter optimised on the log scale.
 
-    Scale parameters spanning orders of magnitude (an amplitude of 4000 ppm^2 next to a
-    lengthscale of 0.1 yr) are far better conditioned for L-BFGS in log space than through
-    softplus, which is linear for large values.
+    Scale parameters spanning orders of magnitude are better conditioned for L-BFGS in log
+    space than through softplus, which is linear for large values.
 
     Example:
         >>> from gpchol._base.transforms import LogPositive
@@ -394,16 +389,8 @@ def to_unconstrained(params: Any, transforms: Any) -> Any:
 
 def to_constrained(uparams: Any, transforms: Any) -> Any:
     """Maps unconstrained parameters back to their domains (inverse of
-    :func:`to_unconstrained`); differentiable, so use it inside the loss.
-
-    Args:
-        uparams: a pytree of unconstrained values.
-        transforms: the same pytree prefix of transforms used with
-            :func:`to_unconstrained`.
-
-    Returns:
-        A pytree with the structure of ``uparams``; governed leaves become
-        ``transform.forward(leaf)``.
+    :func:`to_unconstrained`, whose arguments it takes); differentiable, so use it inside
+    the loss. Governed leaves become ``transform.forward(leaf)``.
 
     Example:
         >>> from gpchol import Bounded, to_constrained

@@ -237,15 +237,11 @@ def gaussian_factor(
             return L, value, alpha, status
 
         def host(K: jax.Array, r: jax.Array) -> tuple[jax.Array, ...]:
-            # The status is LAPACK's info itself: no search needed. K and L row-major:
-            # column-major costs more memory and time at large n
-            # (benchmarks/results/design-measurements.md).
+            # row-major: column-major costs more at large n (design-measurements.md)
             return _host_solve(K, r, symmetric)
 
-        # At every n, small ones included: one LAPACK call factors and solves in place
-        # and gives the status itself, where XLA's potrf + two triangular solves need the
-        # status search (a cond, a select under vmap, rebuilding K) on top; faster from
-        # n = 20 on (benchmarks/results/design-measurements.md).
+        # At every n: one LAPACK call factors, solves and gives the status (no status
+        # search as after XLA's potrf; benchmarks/results/design-measurements.md).
         if (
             rule.backend.host_lapack
             and compiled_lapack()
