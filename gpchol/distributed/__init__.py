@@ -15,17 +15,14 @@ The matrix is sharded over two mesh axes, ``NamedSharding(mesh, P(row_axis, col_
 (or with one of them ``None``), and no device ever holds it whole; :func:`potrf` says how
 it is factored and differentiated, and what sizes it takes. An input laid out otherwise
 (e.g. unsharded) is placed so: by ``jax.device_put`` when concrete, by a sharding
-constraint inside the caller's ``jit`` or ``grad``. The direct entry points and
-:func:`gaussian_log_likelihood` run one cached, jitted program whether called eagerly or
-inside the caller's transformations (never op by op). An eager ``jax.grad`` over an
-*Explicit* mesh (``jax.make_mesh``'s default) needs ``jax.set_mesh(mesh)`` around it: JAX
-itself seeds the cotangent on the output's mesh and asks for the mesh context (under
-``jax.jit`` it is not needed).
+constraint inside the caller's ``jit`` or ``grad``. An eager ``jax.grad`` over an
+*Explicit* mesh (``jax.make_mesh``'s default) needs ``jax.set_mesh(mesh)`` around it (JAX
+seeds the cotangent on the output's mesh); under ``jax.jit`` it is not needed.
 
 Simulated CPU devices (``--xla_force_host_platform_device_count``): JAX's CPU ``potrf`` and
 ``trsm`` call SciPy's OpenBLAS, whose own worker threads, with several devices calling it
 at once, oversubscribe the cores; set ``OPENBLAS_NUM_THREADS=1`` before starting Python
-(ten times faster or more; ``benchmarks/results/design-measurements.md``).
+(``benchmarks/results/design-measurements.md``).
 """
 
 from gpchol.distributed import _api

@@ -75,10 +75,9 @@ class ShardedPosterior(core.Predictions):
         log_marginal_likelihood: scalar ``log p(y)`` (NaN on a failed factorization).
         status: int32 Cholesky status (0, else the 1-based first failing pivot).
         jitter_used: the jitter added to the diagonal.
-        params: the kernel parameters the posterior was conditioned with.
-        X: the training inputs it was conditioned on.
-        noise: the noise variance (scalar or per point) it was conditioned with.
-        prior_mean: the prior mean it was conditioned with.
+        params, X, noise, prior_mean: the arguments of :func:`condition` it was
+            conditioned with (kernel parameters, training inputs, scalar or per-point
+            noise variance, prior mean).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -324,19 +323,14 @@ def condition(
     :func:`gaussian_log_likelihood` for gradients).
 
     Args:
-        kernel_fn, params: as for :func:`gaussian_log_likelihood` (a gpchol kernel passed
-            twice, or a function ``(params, X1, X2) -> block`` and its parameters).
-        X: ``(n, d)`` training inputs (replicated; small).
-        y: ``(n,)`` observations.
-        noise: observation-noise variance, a scalar or ``(n,)``.
-        mesh: a 2-D mesh; its first two axes are the process rows and columns.
+        kernel_fn, params, X, y, noise, mesh: as for :func:`gaussian_log_likelihood`
+            (``X`` ``(n, d)``, ``y`` ``(n,)``, ``noise`` a scalar or ``(n,)``).
         mean: the prior mean: ``None`` (zero), a number, or a callable ``X -> (n,)`` (such
             as a :mod:`gpchol.means` mean), evaluated at the training and at the test
             inputs.
         jitter: a float added to the diagonal (not counted as noise by
             ``variance(include_noise=True)``).
-        T_A: tile size (default as for the likelihood).
-        axes: optional ``(row_axis, col_axis)`` names.
+        T_A, axes: as for :func:`gaussian_log_likelihood`.
         block_size: test points per block of the predictions (rounded up to a multiple
             of the process-column count); default ``n / P`` clipped to ``[128, 2048]``.
         check: raise :class:`gpchol.NotPositiveDefiniteError` when the factorization
