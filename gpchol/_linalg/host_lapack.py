@@ -1,14 +1,10 @@
 """LAPACK on the CPU inside the compiled program: ``A^-1`` from a factor (``potri``) and
 the factor-and-solve of the Gaussian likelihood (``potrf`` + two ``trsv``), both in place.
 
-On the CPU platform XLA runs gpchol's tiled inverse (:func:`gpchol._linalg.tiled.cho_inverse_tiled`)
-as a chain of slices, GEMMs and triangular solves, each a separate XLA operation with its
-own copies of the operands. LAPACK's ``potri`` does the same arithmetic (``n^3 / 3`` for
-``trtri`` plus ``n^3 / 3`` for ``lauum``) in place, blocked and multi-threaded, and faster
-(``benchmarks/results/design-measurements.md``). Both calls go through
-gpchol's compiled XLA FFI handlers (:mod:`gpchol._cpu.ffi`): no Python callback, so
-nothing here can deadlock XLA's CPU runtime, hold the GIL or turn Ctrl-C into an internal
-error, and ``vmap`` is looped over inside the handler.
+LAPACK's ``potri`` does the arithmetic of the tiled inverse
+(:func:`gpchol._linalg.tiled.cho_inverse_tiled`, a chain of XLA operations with their own
+copies) in place and faster (``benchmarks/results/design-measurements.md``). Both calls
+go through gpchol's compiled FFI handlers (:mod:`gpchol._cpu.ffi`; no Python callback).
 
 Where the handlers are not built (an install without a C++ compiler) the same functions
 fall back to XLA operations: slower, identical results up to rounding.
@@ -35,15 +31,13 @@ __all__ = [
     "factor_cpu_large",
 ]
 
-#: Above this order :func:`factor_cpu_large` factors on the CPU by the handlers (halving,
-#: :data:`gpchol._cpu.ffi.SPLIT_ABOVE`) instead of ``jax.lax.linalg.cholesky``, whose one
-#: threaded OpenBLAS ``potrf`` call crashes the process from n ~ 16,000-23,000 on
-#: (machine-dependent; see ``gpchol/_cpu/lapack_ffi.cc``).
+#: Above this order :func:`factor_cpu_large` factors on the CPU by the handlers (halving)
+#: instead of ``jax.lax.linalg.cholesky``, whose one threaded OpenBLAS ``potrf`` call
+#: crashes at large orders (see :data:`gpchol._cpu.ffi.SPLIT_ABOVE`).
 HOST_FACTOR_ABOVE = cpu_ffi.SPLIT_ABOVE
 
-#: Below this order the tiled XLA inverse (one triangular solve and one product at such
-#: sizes) is used even on the CPU: it is then as fast as a LAPACK call. From n = 32 on,
-#: ``potri`` in place is faster (benchmarks/results/design-measurements.md).
+#: Below this order the tiled XLA inverse is used even on the CPU: as fast as a LAPACK call
+#: there (benchmarks/results/design-measurements.md).
 HOST_MIN_N = 32
 
 
@@ -59,8 +53,7 @@ def _handled(a: jax.Array) -> bool:
 
 @jax.custom_jvp
 def _cho_inverse_host(L: jax.Array) -> jax.Array:
-    # The factor's buffer becomes the inverse's (XLA copies it first only if something
-    # still reads it).
+    # the factor's buffer becomes the inverse's
     return cpu_ffi.potri(L)
 
 
@@ -96,22 +89,9 @@ def cho_inverse_cpu(L: jax.Array, tiled: Callable[[jax.Array], jax.Array]) -> ja
 
 
 def chol_solve_cpu(K: jax.Array, r: jax.Array, *, symmetric: bool = False) -> tuple[jax.Array, ...]:
-    """``(L, alpha, quad, logdet, status)`` of ``K`` and ``r`` by LAPACK, in place.
+    """:func:`gpchol._cpu.ffi.chol_solve` (arguments and results there), row-major.
 
-    Used by the Gaussian likelihoods on the CPU when :func:`compiled_lapack`: ``K`` is
-    factored in its own buffer (XLA copies ``K`` first only if something still reads it),
-    the factor comes back row-major (no relayout before LAPACK ``potri``) with LAPACK's
-    own status. Not differentiable by itself (the caller's custom rule differentiates
-    around it).
-
-    Args:
-        K: ``(..., n, n)`` symmetric positive definite (lower triangle read).
-        r: ``(..., n)`` right-hand side.
-        symmetric: ``K`` equals its transpose bit for bit (saves a pass when row-major).
-
-    Returns:
-        ``L (..., n, n)``, ``alpha = K^-1 r (..., n)``, ``quad = r^T K^-1 r (...)``,
-        ``logdet (...)`` and int32 ``status (...)`` (LAPACK ``potrf``'s ``info``).
+    Not differentiable by itself (the caller's custom rule differentiates around it).
     """
     return cpu_ffi.chol_solve(K, r, symmetric=symmetric)
 
@@ -122,9 +102,8 @@ def factor_cpu_large(
     """``(L, status)`` of ``a``: by the handlers on the CPU above :data:`HOST_FACTOR_ABOVE`,
     else (smaller, other platforms, no handlers) ``default(a)``.
 
-    The handlers call LAPACK ``potrf('L')`` as XLA's CPU Cholesky does, on blocks of order
-    at most ``SPLIT_ABOVE`` above it, and report LAPACK's ``info`` (NaN pivots included)
-    with an all-NaN factor on failure. Not differentiable by itself (the caller's rule is).
+    The handlers report LAPACK's ``info`` (NaN pivots included) with an all-NaN factor on
+    failure. Not differentiable by itself (the caller's rule is).
 
     Args:
         a: ``(..., n, n)`` symmetric (lower triangle read).
