@@ -114,13 +114,8 @@ def _first_executable(flag: str, explicit: str | None, candidates: list[str | No
 
 
 def find_nvcc(explicit: str | None = None) -> str:
-    """Path of nvcc.
-
-    Args:
-        explicit: a path given by the user, tried first (and only).
-
-    Returns:
-        The nvcc executable.
+    """Path of nvcc: ``explicit`` (then only it), ``$CUDACXX``, ``PATH``, ``$CUDA_HOME/bin``,
+    ``$CUDA_PATH/bin``, ``/usr/local/cuda/bin``.
 
     Raises:
         BuildError: nvcc was not found.
@@ -151,7 +146,7 @@ def _package_tool(module: str, attribute: str, name: str) -> str | None:
 
 
 def find_cmake(explicit: str | None = None) -> str:
-    """Path of cmake: ``explicit``, ``$CMAKE``, ``PATH``, else the ``cmake`` Python package.
+    """Path of cmake: ``explicit`` (then only it), ``$CMAKE``, ``PATH``, the ``cmake`` package.
 
     Raises:
         BuildError: cmake was not found.
