@@ -32,9 +32,8 @@ def minibatches(
 ) -> Iterator[Any]:
     """Shuffled minibatches: the same rows of every array, a new order each epoch.
 
-    Each epoch draws a permutation of the ``n`` rows from ``jax.random.fold_in(key,
-    epoch)`` and yields consecutive slices of ``batch_size`` rows of it, the same rows of
-    every array. The sequence is a function of ``key`` alone (deterministic).
+    Each epoch's permutation of the ``n`` rows comes from ``jax.random.fold_in(key,
+    epoch)``: the sequence is a function of ``key`` alone.
 
     Args:
         arrays: an array, or a pytree (tuple, list, dict) of arrays (NumPy or JAX) that all
@@ -42,13 +41,10 @@ def minibatches(
         batch_size: rows per batch, a positive int.
         key: a ``jax.random`` key (or an int seed).
         epochs: number of passes over the data; ``None`` (default): without end.
-        drop_last: with ``True`` (default) every batch has exactly ``batch_size`` rows, so
-            a jitted step compiles once: each epoch's last ``n mod batch_size`` rows of the
-            permutation are left out of that epoch (different rows each epoch, since the
-            order is new; each batch stays a uniform draw without replacement, so a
-            rescaled minibatch sum stays unbiased). With ``False`` the last batch of an
-            epoch is the remainder (a second shape, so a second compilation), and every row
-            is yielded exactly once per epoch.
+        drop_last: ``True`` (default): every batch has ``batch_size`` rows (a jitted step
+            compiles once); each epoch leaves out the last ``n mod batch_size`` rows of its
+            permutation (a rescaled minibatch sum stays unbiased). ``False``: the last
+            batch is the remainder (a second compilation); every row once per epoch.
 
     Returns:
         An iterator of pytrees shaped like ``arrays``, each leaf ``(batch_size, ...)``
