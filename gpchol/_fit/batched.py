@@ -57,10 +57,6 @@ import numpy as np
 
 from gpchol._base.transforms import to_constrained, to_unconstrained
 from gpchol._base.validate import check_fit_settings
-from gpchol._fit.checkpoint import (
-    checkpoint_exists,
-    load_checkpoint,
-)
 from gpchol._fit.fingerprint import fit_fingerprint
 from gpchol._fit.objective import (
     Optimizer,
@@ -602,11 +598,9 @@ def fit_batched(
         steps=int(steps),
         label=f"gpchol fit_batched [{opt_name}] B={B}",
     ) as session:
-        if ck is not None and resume and checkpoint_exists(ck):
-            assert fp is not None
-            st = load_checkpoint(ck, fingerprint=fp, params_like=u0, init_opt_state=lambda u: rest0)
-        else:
-            st = FitState(params=u0, opt_state=rest0, key=np.zeros(2, np.uint32))
+        st = session.resumed(resume, u0, lambda u: rest0) or FitState(
+            params=u0, opt_state=rest0, key=np.zeros(2, np.uint32)
+        )
         while not st.done:
             limit = min(int(steps), st.step + chunk)
             carry, final = run(dict(st.opt_state, u=st.params), *args, jnp.asarray(limit))

@@ -51,10 +51,6 @@ import numpy as np
 
 from gpchol._base.transforms import to_constrained, to_unconstrained
 from gpchol._base.validate import check_fit_settings
-from gpchol._fit.checkpoint import (
-    checkpoint_exists,
-    load_checkpoint,
-)
 from gpchol._fit.fingerprint import fit_fingerprint
 from gpchol._fit.lbfgs import LBFGSState, host_ravel
 from gpchol._fit.objective import (
@@ -285,7 +281,13 @@ def fit(
         >>> res.log_marginal_likelihood > float(build(p0).log_marginal_likelihood(y))
         True
     """
-    check_fit_settings(steps=steps, restarts=restarts, checkpoint_every=checkpoint_every, tol=tol)
+    check_fit_settings(
+        steps=steps,
+        restarts=restarts,
+        patience=patience,
+        checkpoint_every=checkpoint_every,
+        tol=tol,
+    )
     bucket = check_bucket(bucket)
     opt_name, opt = make_optimizer(optimizer, learning_rate)
     if transforms is None:
@@ -343,7 +345,7 @@ def fit(
         steps=plan.steps,
         label=label,
     ) as session:
-        state = _initial_state(plan, raw_key, resume)
+        state = session.resumed(resume, plan.u0, plan.init_opt_state) or _first_state(plan, raw_key)
         while state.restart < plan.n_starts:
             if plan.n_starts > 1:
                 session.bar.label = f"{label} start {state.restart + 1}/{plan.n_starts}"
@@ -375,16 +377,8 @@ def _begin_start(plan: FitPlan, state: FitState, r: int) -> None:
     state.begin_start(u, canonical(plan.init_opt_state(u)))
 
 
-def _initial_state(plan: FitPlan, key: np.ndarray, resume: bool) -> FitState:
-    """The checkpoint's state when resuming from one, else the beginning of the first start."""
-    if plan.checkpoint is not None and resume and checkpoint_exists(plan.checkpoint):
-        assert plan.fingerprint is not None  # computed whenever there is a checkpoint
-        return load_checkpoint(
-            plan.checkpoint,
-            fingerprint=plan.fingerprint,
-            params_like=plan.u0,
-            init_opt_state=plan.init_opt_state,
-        )
+def _first_state(plan: FitPlan, key: np.ndarray) -> FitState:
+    """The beginning of the first start."""
     state = FitState(params=None, opt_state=None, key=key)
     _begin_start(plan, state, 0)
     return state
