@@ -7,25 +7,11 @@ runs (``Positive`` through softplus, ``Bounded`` through a scaled sigmoid, ``Non
 the identity). Each step is one jitted call: the loss and its gradient (for a Gaussian
 process, through gpchol's Cholesky adjoint) and the optimiser update.
 
-Guarantees:
-
-* A step whose loss or gradient is not finite never replaces the last good parameters:
-  the fit stops, returns the parameters of the last finite step and says what happened
-  and what to try in :attr:`FitResult.message`.
-* With ``checkpoint=path`` the complete state (step, unconstrained parameters, optimiser
-  state, history, restart index, RNG key) is committed every ``checkpoint_every`` steps
-  in one atomic step: the arrays to a content-addressed ``path.<hash>.npz`` (read back
-  with ``allow_pickle=False``), then the manifest ``path.json`` naming it, whose
-  ``os.replace`` is the commit (:mod:`gpchol._fit.checkpoint`). With ``resume=True`` a fit
-  that finds its checkpoint continues from it and ends with exactly the result an
-  uninterrupted fit gives (same jitted computations on the same numbers).
-* A checkpoint carries the fingerprint of the fit that wrote it (parameter tree,
-  transforms, optimiser and stopping settings, data shapes and hashes,
-  :mod:`gpchol._fit.fingerprint`); a resume by any other fit, or of a damaged checkpoint,
-  is refused with a :class:`~gpchol._fit.checkpoint.CheckpointError` naming the file and
-  each difference.
-* ``SIGINT`` and ``SIGTERM`` are acted on between two steps, after the state is committed
-  to the checkpoint (:mod:`gpchol._fit.signals`).
+A step whose loss or gradient is not finite never replaces the last good parameters;
+checkpoints are atomic and fingerprinted (:mod:`gpchol._fit.checkpoint`,
+:mod:`gpchol._fit.fingerprint`), a resumed fit ends with exactly an uninterrupted fit's
+result, and ``SIGINT``/``SIGTERM`` are acted on between steps after a commit
+(:mod:`gpchol._fit.signals`): :func:`fit`'s docstring says each in full.
 
 Example:
     >>> import jax.numpy as jnp

@@ -295,12 +295,8 @@ class Model:
     ) -> dict[str, Any]:
         """The model file's content: a dict of strings, numbers and float64 arrays.
 
-        Args:
-            params: as :meth:`save`.
-            lml: as :meth:`save`.
-            result: as :meth:`save`.
-            args_info: as :meth:`save`.
-            plain: arrays as (nested) lists of floats (JSON-ready), not NumPy arrays.
+        Args: as :meth:`save`, and ``plain``: arrays as (nested) lists of floats
+        (JSON-ready), not NumPy arrays.
         """
         conv = _as_list if plain else _as_array
         return {
