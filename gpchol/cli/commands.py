@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -30,11 +29,10 @@ import numpy as np
 import gpchol
 from gpchol import FitResult
 from gpchol._cuda.ffi import cuda_unavailable_reason
-from gpchol._fit.checkpoint import manifest_path
 from gpchol.cli.cache import CompileClock
 from gpchol.cli.csvio import format_predictions, read_csv
 from gpchol.cli.errors import CLIError
-from gpchol.cli.files import check_output, write_file
+from gpchol.cli.files import check_fit_outputs, check_output, write_file
 from gpchol.cli.model import Model
 from gpchol.cli.parsing import fit_options, model_columns
 from gpchol.cli.resources import (
@@ -168,29 +166,6 @@ def _fit_data(args: argparse.Namespace) -> tuple[Model, str, float]:
     return model, source, extrapolate
 
 
-def _fit_outputs(args: argparse.Namespace) -> tuple[str, str | None]:
-    """Checks every file the fit will write, before it starts: ``(model file, plot)``."""
-    out = args.out
-    inputs = {"the input CSV (--csv)": args.csv}
-    check_output(out, "--out", protect=inputs)
-    png = None
-    if not args.no_plot:
-        png = os.path.splitext(out)[0] + ".png"
-        if os.path.abspath(png) == os.path.abspath(out):
-            raise CLIError(
-                f"--out {out}: the plot would be written to the same file; give the model "
-                "file a .json name, or pass --no-plot"
-            )
-        check_output(png, "the plot (--out with .png)", protect=inputs)
-    if args.checkpoint:
-        check_output(
-            manifest_path(args.checkpoint),
-            "--checkpoint",
-            protect=inputs | {"the model file (--out)": out, "the plot": png},
-        )
-    return out, png
-
-
 def announce_cost(
     what: str, n: int, d: int, itemsize: int, *, evals: str, override: bool, extra: int = 0
 ) -> None:
@@ -306,7 +281,7 @@ def run_fit(args: argparse.Namespace) -> int:
         from gpchol.cli.group import run_group_fit
 
         return run_group_fit(args, _float_dtype(args.float32))
-    out, png = _fit_outputs(args)
+    out, png = check_fit_outputs(args, plot=not args.no_plot)
     dtype = _float_dtype(args.float32)
     model, source, extrapolate = _fit_data(args)
     print(

@@ -31,10 +31,9 @@ import numpy as np
 
 from gpchol import FitResult, GaussianProcess
 from gpchol._fit import fit_batched
-from gpchol._fit.checkpoint import manifest_path
 from gpchol.cli.csvio import MISSING, read_csv
 from gpchol.cli.errors import CLIError
-from gpchol.cli.files import check_output, write_file
+from gpchol.cli.files import check_fit_outputs, write_file
 from gpchol.cli.model import FORMAT_VERSION, Model, versions
 from gpchol.cli.parsing import fit_options, model_columns
 from gpchol.cli.spec import ModelSpec
@@ -167,13 +166,7 @@ def run_group_fit(args: argparse.Namespace, dtype: type[np.floating]) -> int:
         stderr; their models hold the last finite parameters).
     """
     t_start = time.perf_counter()
-    check_output(args.out, "--out", protect={"the input CSV (--csv)": args.csv})
-    if args.checkpoint:
-        check_output(
-            manifest_path(args.checkpoint),
-            "--checkpoint",
-            protect={"the input CSV (--csv)": args.csv, "the model file (--out)": args.out},
-        )
+    check_fit_outputs(args, plot=False)
     models, spec, x_cols, y_col = _read(args)
     labels = list(models)
     sizes = [m.X.shape[0] for m in models.values()]
