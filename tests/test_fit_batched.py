@@ -264,6 +264,10 @@ def _bad_cases():
         ({"X": [], "y": []}, "no dataset"),
         ({"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "steps": -1}, "steps"),
         ({"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "vectorize": 0}, "vectorize"),
+        (
+            {"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "vectorize": True},
+            "vectorize must be a positive int, not a bool",
+        ),
         ({"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "patience": 0}, "patience"),
         (
             {"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "patience": True},

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gpchol._base.transforms import to_constrained, to_unconstrained
-from gpchol._base.validate import check_fit_settings
+from gpchol._base.validate import check_fit_settings, check_int
 from gpchol._fit.fingerprint import fit_fingerprint
 from gpchol._fit.objective import (
     Optimizer,
@@ -517,8 +517,7 @@ def fit_batched(
         ((2,), [False, False])
     """
     check_fit_settings(steps=steps, tol=tol, patience=patience, checkpoint_every=checkpoint_every)
-    if isinstance(vectorize, bool) or not isinstance(vectorize, (int, np.integer)) or vectorize < 1:
-        raise ValueError(f"vectorize must be an int >= 1; got {vectorize!r}.")
+    vectorize = check_int(vectorize, "vectorize", strict=False)
     data = _batch(X, y, mask)
     B = data.size
     opt_name, opt = make_optimizer(optimizer, learning_rate)
