@@ -81,7 +81,7 @@ from sklearn.utils.validation import validate_data
 
 from gpchol import GaussianProcess, Posterior, kernels
 from gpchol._base.buckets import bucket_size, pad_rows
-from gpchol._base.validate import check_int
+from gpchol._base.validate import check_int, check_scalar_or_vector
 from gpchol._sklearn_kernels import is_sklearn_kernel, translate
 from gpchol._sklearn_models import (
     GpcholSpace,
@@ -278,11 +278,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
     def _noise(self, n: int) -> np.ndarray:
         a = np.asarray(self.alpha, np.float64)
-        if a.ndim > 1 or (a.ndim == 1 and a.shape[0] not in (1, n)):
-            raise ValueError(
-                f"alpha must be a number or have shape ({n},), one per training point; got "
-                f"shape {a.shape}"
-            )
+        check_scalar_or_vector(a.shape, n, "alpha", "noise variance per training point")
         if not np.all(np.isfinite(a)) or np.any(a < 0):
             raise ValueError("alpha (the noise variance) must be finite and >= 0")
         return a

@@ -72,6 +72,7 @@ CSV = ["--csv", "ok.csv", "--x", "a", "--y", "b"]
         (["predict", "--model", "missing.json", "--csv", "ok.csv"], ["no such model file"]),
         (["fit", "--csv", "dup.csv", "--x", "a", "--y", "b"], ["'a' appears 2 times", "1, 3"]),
         (["fit", "--csv", "ok.csv", "--x", "a,a", "--y", "b"], ["'a' twice"]),
+        (["fit", "--csv", "ok.csv", "--x", "a,a", "--y", "b", "--group", "b"], ["'a' twice"]),
         (["fit", "--csv", "ok.csv", "--x", "a", "--y", "a"], ["'a' is also an input column"]),
         (["fit", *CSV, "--out", "afile/m.json"], ["--out afile/m.json", "not a directory"]),
         (["fit", *CSV, "--out", "adir"], ["--out adir is a directory"]),

@@ -271,6 +271,8 @@ def test_progress_line_on_stderr(
         (dict(steps=-1), "steps"),
         (dict(restarts=-2), "restarts"),
         (dict(checkpoint_every=0), "checkpoint_every"),
+        (dict(patience=0), "patience must be >= 1"),
+        (dict(patience=True), "patience must be a positive int, not a bool"),
         # bools and NaN are refused like any other bad value (fit_batched agrees: one validator)
         (dict(checkpoint_every=True), "checkpoint_every must be a positive int, not a bool"),
         (dict(steps=False), "steps must be an int >= 0"),

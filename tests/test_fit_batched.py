@@ -264,7 +264,16 @@ def _bad_cases():
         ({"X": [], "y": []}, "no dataset"),
         ({"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "steps": -1}, "steps"),
         ({"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "vectorize": 0}, "vectorize"),
+        (
+            {"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "vectorize": True},
+            "vectorize must be a positive int, not a bool",
+        ),
         ({"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "patience": 0}, "patience"),
+        (
+            {"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "patience": True},
+            "patience must be a positive int, not a bool",
+        ),
+        ({"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "steps": False}, "steps must be an int"),
         (
             {"X": np.zeros((2, 5)), "y": np.zeros((2, 5)), "checkpoint_every": True},
             "checkpoint_every must be a positive int, not a bool",

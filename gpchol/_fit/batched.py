@@ -8,22 +8,14 @@ one compiled program: a ``lax.while_loop`` over the steps of :func:`gpchol.fit`
 loss change of :func:`gpchol.fit`); once it has stopped, its parameters no longer change
 while the others go on (the vmapped loop runs until the last one stops).
 
-Guarantees:
-
-* A step whose loss or gradient is not finite is not taken: that problem keeps the
-  parameters of its last finite step and is marked ``failed``; the others finish. A
-  problem whose initial loss is not finite is marked failed with ``n_steps = 0``.
-* Datasets of unequal sizes are padded to the largest (a list of arrays, or arrays with
-  ``mask``). A padded row enters the covariance as an identity row and column with a zero
-  residual, so it adds exactly ``-log(2 pi) / 2`` to the log-likelihood, which is
-  removed again (:func:`padded_log_marginal_likelihood`): the fit of a padded problem is
-  the fit of its unpadded data.
-* With ``checkpoint=path`` the loop runs in chunks of ``checkpoint_every`` steps and the
-  whole batch's state (parameters, optimiser states, per-problem counters) is committed
-  between chunks with the checkpoint machinery of :func:`gpchol.fit`
-  (:mod:`gpchol._fit.checkpoint`: atomic, fingerprinted, locked); the chunks run the same
-  compiled program, so a resumed fit ends with exactly the result of an uninterrupted
-  one. ``SIGINT``/``SIGTERM`` are acted on between chunks, after the commit.
+A step whose loss or gradient is not finite is not taken: that problem keeps its last
+finite parameters and is marked ``failed`` while the others finish. Datasets of unequal
+sizes are padded to the largest, with padded rows that change nothing
+(:func:`padded_log_marginal_likelihood`). With ``checkpoint=path`` the loop runs in
+compiled chunks of ``checkpoint_every`` steps, committed between chunks by
+:func:`gpchol.fit`'s machinery (:mod:`gpchol._fit.session`); a resumed fit ends with
+exactly an uninterrupted one's result, and ``SIGINT``/``SIGTERM`` are acted on between
+chunks, after the commit.
 
 Restarts are not offered here: a restart is one more problem of the batch.
 
@@ -56,11 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gpchol._base.transforms import to_constrained, to_unconstrained
-from gpchol._base.validate import check_fit_settings
-from gpchol._fit.checkpoint import (
-    checkpoint_exists,
-    load_checkpoint,
-)
+from gpchol._base.validate import check_fit_settings, check_int
 from gpchol._fit.fingerprint import fit_fingerprint
 from gpchol._fit.objective import (
     Optimizer,
@@ -413,9 +401,9 @@ def _initial_carry(
 ) -> dict[str, Any]:
     """The batch's first carry from :func:`_initial_u`'s ``u``, by one small compiled program.
 
-    (Op by op, the broadcasts and optimiser states each compiled on their own cost about
-    0.3 s in a fresh process.) The losses are kept in the floating type of the
-    parameters and data (each step's loss is cast to it).
+    (Op by op, each broadcast and optimiser state would compile a program of its own.)
+    The losses are kept in the floating type of the parameters and data (each step's
+    loss is cast to it).
     """
     dtypes = [jnp.dtype(x.dtype) for x in jax.tree_util.tree_leaves(u)]
     dtype = jnp.result_type(*dtypes, *data_dtypes)
@@ -529,8 +517,7 @@ def fit_batched(
         ((2,), [False, False])
     """
     check_fit_settings(steps=steps, tol=tol, patience=patience, checkpoint_every=checkpoint_every)
-    if isinstance(vectorize, bool) or not isinstance(vectorize, (int, np.integer)) or vectorize < 1:
-        raise ValueError(f"vectorize must be an int >= 1; got {vectorize!r}.")
+    vectorize = check_int(vectorize, "vectorize", strict=False)
     data = _batch(X, y, mask)
     B = data.size
     opt_name, opt = make_optimizer(optimizer, learning_rate)
@@ -602,11 +589,9 @@ def fit_batched(
         steps=int(steps),
         label=f"gpchol fit_batched [{opt_name}] B={B}",
     ) as session:
-        if ck is not None and resume and checkpoint_exists(ck):
-            assert fp is not None
-            st = load_checkpoint(ck, fingerprint=fp, params_like=u0, init_opt_state=lambda u: rest0)
-        else:
-            st = FitState(params=u0, opt_state=rest0, key=np.zeros(2, np.uint32))
+        st = session.resumed(resume, u0, lambda u: rest0) or FitState(
+            params=u0, opt_state=rest0, key=np.zeros(2, np.uint32)
+        )
         while not st.done:
             limit = min(int(steps), st.step + chunk)
             carry, final = run(dict(st.opt_state, u=st.params), *args, jnp.asarray(limit))

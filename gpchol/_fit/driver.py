@@ -7,25 +7,11 @@ runs (``Positive`` through softplus, ``Bounded`` through a scaled sigmoid, ``Non
 the identity). Each step is one jitted call: the loss and its gradient (for a Gaussian
 process, through gpchol's Cholesky adjoint) and the optimiser update.
 
-Guarantees:
-
-* A step whose loss or gradient is not finite never replaces the last good parameters:
-  the fit stops, returns the parameters of the last finite step and says what happened
-  and what to try in :attr:`FitResult.message`.
-* With ``checkpoint=path`` the complete state (step, unconstrained parameters, optimiser
-  state, history, restart index, RNG key) is committed every ``checkpoint_every`` steps
-  in one atomic step: the arrays to a content-addressed ``path.<hash>.npz`` (read back
-  with ``allow_pickle=False``), then the manifest ``path.json`` naming it, whose
-  ``os.replace`` is the commit (:mod:`gpchol._fit.checkpoint`). With ``resume=True`` a fit
-  that finds its checkpoint continues from it and ends with exactly the result an
-  uninterrupted fit gives (same jitted computations on the same numbers).
-* A checkpoint carries the fingerprint of the fit that wrote it (parameter tree,
-  transforms, optimiser and stopping settings, data shapes and hashes,
-  :mod:`gpchol._fit.fingerprint`); a resume by any other fit, or of a damaged checkpoint,
-  is refused with a :class:`~gpchol._fit.checkpoint.CheckpointError` naming the file and
-  each difference.
-* ``SIGINT`` and ``SIGTERM`` are acted on between two steps, after the state is committed
-  to the checkpoint (:mod:`gpchol._fit.signals`).
+A step whose loss or gradient is not finite never replaces the last good parameters;
+checkpoints are atomic and fingerprinted (:mod:`gpchol._fit.checkpoint`,
+:mod:`gpchol._fit.fingerprint`), a resumed fit ends with exactly an uninterrupted fit's
+result, and ``SIGINT``/``SIGTERM`` are acted on between steps after a commit
+(:mod:`gpchol._fit.signals`): :func:`fit`'s docstring says each in full.
 
 Example:
     >>> import jax.numpy as jnp
@@ -51,10 +37,6 @@ import numpy as np
 
 from gpchol._base.transforms import to_constrained, to_unconstrained
 from gpchol._base.validate import check_fit_settings
-from gpchol._fit.checkpoint import (
-    checkpoint_exists,
-    load_checkpoint,
-)
 from gpchol._fit.fingerprint import fit_fingerprint
 from gpchol._fit.lbfgs import LBFGSState, host_ravel
 from gpchol._fit.objective import (
@@ -285,7 +267,13 @@ def fit(
         >>> res.log_marginal_likelihood > float(build(p0).log_marginal_likelihood(y))
         True
     """
-    check_fit_settings(steps=steps, restarts=restarts, checkpoint_every=checkpoint_every, tol=tol)
+    check_fit_settings(
+        steps=steps,
+        restarts=restarts,
+        patience=patience,
+        checkpoint_every=checkpoint_every,
+        tol=tol,
+    )
     bucket = check_bucket(bucket)
     opt_name, opt = make_optimizer(optimizer, learning_rate)
     if transforms is None:
@@ -343,7 +331,7 @@ def fit(
         steps=plan.steps,
         label=label,
     ) as session:
-        state = _initial_state(plan, raw_key, resume)
+        state = session.resumed(resume, plan.u0, plan.init_opt_state) or _first_state(plan, raw_key)
         while state.restart < plan.n_starts:
             if plan.n_starts > 1:
                 session.bar.label = f"{label} start {state.restart + 1}/{plan.n_starts}"
@@ -375,16 +363,8 @@ def _begin_start(plan: FitPlan, state: FitState, r: int) -> None:
     state.begin_start(u, canonical(plan.init_opt_state(u)))
 
 
-def _initial_state(plan: FitPlan, key: np.ndarray, resume: bool) -> FitState:
-    """The checkpoint's state when resuming from one, else the beginning of the first start."""
-    if plan.checkpoint is not None and resume and checkpoint_exists(plan.checkpoint):
-        assert plan.fingerprint is not None  # computed whenever there is a checkpoint
-        return load_checkpoint(
-            plan.checkpoint,
-            fingerprint=plan.fingerprint,
-            params_like=plan.u0,
-            init_opt_state=plan.init_opt_state,
-        )
+def _first_state(plan: FitPlan, key: np.ndarray) -> FitState:
+    """The beginning of the first start."""
     state = FitState(params=None, opt_state=None, key=key)
     _begin_start(plan, state, 0)
     return state

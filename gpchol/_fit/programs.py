@@ -316,11 +316,7 @@ def gp_program(
     Args:
         build: ``params -> GaussianProcess``.
         y: ``(n,)`` observations.
-        transforms: the fit's transforms.
-        u0: the unconstrained initial parameters (canonical leaves).
-        opt_key: what identifies the optimiser and its settings
-            (:func:`~gpchol._fit.objective.optimizer_key`).
-        opt: the optimiser.
+        transforms: as in ``loss_program`` (likewise ``u0``, ``opt_key``, ``opt``).
         bucket: see :func:`bucket_size`.
 
     Returns:

@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from gpchol._fit.checkpoint import CheckpointLock, manifest_path, save_checkpoint
+from gpchol._fit.checkpoint import (
+    CheckpointLock,
+    checkpoint_exists,
+    load_checkpoint,
+    manifest_path,
+    save_checkpoint,
+)
 from gpchol._fit.progress import ProgressLine
 from gpchol._fit.signals import SignalGuard
 from gpchol._fit.state import FitState
@@ -45,6 +51,21 @@ class FitSession:
         self._optimizer = optimizer
         self.bar = bar
         self.guard = SignalGuard(None if checkpoint is None else manifest_path(checkpoint))
+
+    def resumed(
+        self, resume: bool, params_like: Any, init_opt_state: Callable[[Any], Any]
+    ) -> FitState | None:
+        """The checkpoint's state when ``resume`` and it exists (refused when written by
+        another fit: :func:`gpchol._fit.checkpoint.load_checkpoint`), else ``None``."""
+        if self.checkpoint is None or not resume or not checkpoint_exists(self.checkpoint):
+            return None
+        assert self._fingerprint is not None
+        return load_checkpoint(
+            self.checkpoint,
+            fingerprint=self._fingerprint,
+            params_like=params_like,
+            init_opt_state=init_opt_state,
+        )
 
     def commit(self, state: FitState) -> None:
         """Writes ``state`` to the checkpoint (none asked for: nothing); a second signal

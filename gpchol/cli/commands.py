@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -33,9 +32,9 @@ from gpchol._cuda.ffi import cuda_unavailable_reason
 from gpchol.cli.cache import CompileClock
 from gpchol.cli.csvio import format_predictions, read_csv
 from gpchol.cli.errors import CLIError
-from gpchol.cli.files import check_output, write_file
+from gpchol.cli.files import check_fit_outputs, check_output, write_file
 from gpchol.cli.model import Model
-from gpchol.cli.parsing import fit_options
+from gpchol.cli.parsing import fit_options, model_columns
 from gpchol.cli.resources import (
     FIT_FLOPS,
     FIT_MATRICES,
@@ -46,7 +45,6 @@ from gpchol.cli.resources import (
     format_seconds,
     machine_memory,
 )
-from gpchol.cli.spec import ModelSpec, SpecError
 
 __all__ = ["COMMANDS", "announce_cost", "median_time", "run_check", "run_fit", "run_predict"]
 
@@ -154,21 +152,7 @@ def _fit_data(args: argparse.Namespace) -> tuple[Model, str, float]:
         if args.x or args.y or args.kernel:
             raise CLIError("--x, --y and --kernel need --csv FILE")
         return Model.co2(), "embedded Mauna Loa CO2, monthly means (n=521)", 10.0
-    if not args.x or not args.y or not args.y.strip():
-        raise CLIError("--csv needs --x COLS (comma-separated) and --y COL")
-    x_cols = [c.strip() for c in args.x.split(",") if c.strip()]
-    if not x_cols:
-        raise CLIError("--x needs at least one column name")
-    twice = [c for i, c in enumerate(x_cols) if c in x_cols[:i]]
-    if twice:
-        raise CLIError(f"--x names column {twice[0]!r} twice")
-    if args.y.strip() in x_cols:
-        raise CLIError(f"--y column {args.y.strip()!r} is also an input column in --x")
-    try:
-        spec = ModelSpec.parse(args.kernel or "rbf+white", len(x_cols))
-    except SpecError as e:
-        raise CLIError(str(e)) from None
-    y_col = args.y.strip()
+    x_cols, y_col, spec = model_columns(args)
     X, y = read_csv(args.csv, x_cols, y_col, dropna=args.dropna, min_rows=3)
     assert y is not None  # read with a target column
     model = Model.standardized(spec, X, y, x_cols, y_col)
@@ -180,37 +164,6 @@ def _fit_data(args: argparse.Namespace) -> tuple[Model, str, float]:
         if not math.isfinite(hi + extrapolate):
             extrapolate = 0.0
     return model, source, extrapolate
-
-
-def _checkpoint_manifest(path: str) -> str:
-    """The file a checkpoint commits last (``<base>.json``; ``.json``/``.npz`` dropped)."""
-    for ext in (".json", ".npz"):
-        if path.endswith(ext):
-            path = path[: -len(ext)]
-    return path + ".json"
-
-
-def _fit_outputs(args: argparse.Namespace) -> tuple[str, str | None]:
-    """Checks every file the fit will write, before it starts: ``(model file, plot)``."""
-    out = args.out
-    inputs = {"the input CSV (--csv)": args.csv}
-    check_output(out, "--out", protect=inputs)
-    png = None
-    if not args.no_plot:
-        png = os.path.splitext(out)[0] + ".png"
-        if os.path.abspath(png) == os.path.abspath(out):
-            raise CLIError(
-                f"--out {out}: the plot would be written to the same file; give the model "
-                "file a .json name, or pass --no-plot"
-            )
-        check_output(png, "the plot (--out with .png)", protect=inputs)
-    if args.checkpoint:
-        check_output(
-            _checkpoint_manifest(args.checkpoint),
-            "--checkpoint",
-            protect=inputs | {"the model file (--out)": out, "the plot": png},
-        )
-    return out, png
 
 
 def announce_cost(
@@ -328,7 +281,7 @@ def run_fit(args: argparse.Namespace) -> int:
         from gpchol.cli.group import run_group_fit
 
         return run_group_fit(args, _float_dtype(args.float32))
-    out, png = _fit_outputs(args)
+    out, png = check_fit_outputs(args, plot=not args.no_plot)
     dtype = _float_dtype(args.float32)
     model, source, extrapolate = _fit_data(args)
     print(

@@ -20,14 +20,16 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 from collections.abc import Mapping
 
 from gpchol._base.io import current_umask, file_mode, write_bytes_atomic
+from gpchol._fit.checkpoint import manifest_path
 from gpchol.cli.errors import CLIError
 
-__all__ = ["check_output", "current_umask", "file_mode", "write_file"]
+__all__ = ["check_fit_outputs", "check_output", "current_umask", "file_mode", "write_file"]
 
 
 def write_file(path: str | os.PathLike[str], data: bytes) -> None:
@@ -113,3 +115,27 @@ def check_output(path: str, flag: str, *, protect: Mapping[str, str | None] | No
         os.unlink(probe)
     except OSError:
         pass
+
+
+def check_fit_outputs(args: argparse.Namespace, *, plot: bool) -> tuple[str, str | None]:
+    """Checks every file ``gpchol fit`` will write (``--out``, the plot when ``plot``,
+    ``--checkpoint``'s manifest), before it starts: ``(model file, plot or None)``."""
+    out = args.out
+    inputs = {"the input CSV (--csv)": args.csv}
+    check_output(out, "--out", protect=inputs)
+    png = None
+    if plot:
+        png = os.path.splitext(out)[0] + ".png"
+        if os.path.abspath(png) == os.path.abspath(out):
+            raise CLIError(
+                f"--out {out}: the plot would be written to the same file; give the model "
+                "file a .json name, or pass --no-plot"
+            )
+        check_output(png, "the plot (--out with .png)", protect=inputs)
+    if args.checkpoint:
+        check_output(
+            manifest_path(args.checkpoint),
+            "--checkpoint",
+            protect=inputs | {"the model file (--out)": out, "the plot": png},
+        )
+    return out, png

@@ -33,10 +33,10 @@ from gpchol import FitResult, GaussianProcess
 from gpchol._fit import fit_batched
 from gpchol.cli.csvio import MISSING, read_csv
 from gpchol.cli.errors import CLIError
-from gpchol.cli.files import check_output, write_file
+from gpchol.cli.files import check_fit_outputs, write_file
 from gpchol.cli.model import FORMAT_VERSION, Model, versions
-from gpchol.cli.parsing import fit_options
-from gpchol.cli.spec import ModelSpec, SpecError
+from gpchol.cli.parsing import fit_options, model_columns
+from gpchol.cli.spec import ModelSpec
 
 __all__ = ["GROUPS_FORMAT", "MIN_ROWS", "group_labels", "run_group_fit", "split_groups"]
 
@@ -137,21 +137,10 @@ def _read(args: argparse.Namespace) -> tuple[dict[str, Model], ModelSpec, list[s
     """The per-group models of the CSV file: ``(models, spec, x columns, y column)``."""
     if args.csv is None:
         raise CLIError("--group needs --csv FILE (and --x, --y)")
-    if not args.x or not args.y or not args.y.strip():
-        raise CLIError("--csv needs --x COLS (comma-separated) and --y COL")
-    x_cols = [c.strip() for c in args.x.split(",") if c.strip()]
-    if not x_cols:
-        raise CLIError("--x needs at least one column name")
-    y_col = args.y.strip()
-    if y_col in x_cols:
-        raise CLIError(f"--y column {y_col!r} is also an input column in --x")
+    x_cols, y_col, spec = model_columns(args)
     group = args.group.strip()
     if not group:
         raise CLIError("--group needs a column name")
-    try:
-        spec = ModelSpec.parse(args.kernel or "rbf+white", len(x_cols))
-    except SpecError as e:
-        raise CLIError(str(e)) from None
     X, y = read_csv(args.csv, x_cols, y_col, dropna=args.dropna, min_rows=1)
     assert y is not None
     labels = group_labels(args.csv, group, x_cols + [y_col], args.dropna)
@@ -177,18 +166,7 @@ def run_group_fit(args: argparse.Namespace, dtype: type[np.floating]) -> int:
         stderr; their models hold the last finite parameters).
     """
     t_start = time.perf_counter()
-    if args.resume and not args.checkpoint:
-        raise CLIError("--resume needs --checkpoint PATH")
-    check_output(args.out, "--out", protect={"the input CSV (--csv)": args.csv})
-    if args.checkpoint:
-        ck = args.checkpoint
-        for ext in (".json", ".npz"):
-            ck = ck[: -len(ext)] if ck.endswith(ext) else ck
-        check_output(
-            ck + ".json",
-            "--checkpoint",
-            protect={"the input CSV (--csv)": args.csv, "the model file (--out)": args.out},
-        )
+    check_fit_outputs(args, plot=False)
     models, spec, x_cols, y_col = _read(args)
     labels = list(models)
     sizes = [m.X.shape[0] for m in models.values()]

@@ -295,12 +295,8 @@ class Model:
     ) -> dict[str, Any]:
         """The model file's content: a dict of strings, numbers and float64 arrays.
 
-        Args:
-            params: as :meth:`save`.
-            lml: as :meth:`save`.
-            result: as :meth:`save`.
-            args_info: as :meth:`save`.
-            plain: arrays as (nested) lists of floats (JSON-ready), not NumPy arrays.
+        Args: as :meth:`save`, and ``plain``: arrays as (nested) lists of floats
+        (JSON-ready), not NumPy arrays.
         """
         conv = _as_list if plain else _as_array
         return {
@@ -424,12 +420,14 @@ class _ModelFile:
         d = spec.d
         params = self.params(self.section(m, "params"), spec)
         st = self.section(m, "standardization")
-        x_shift = self.array(st, "x_shift", "standardization ", (d,))
-        x_scale = self.array(st, "x_scale", "standardization ", (d,))
-        if not np.all(x_scale > 0):
+        scaling: dict[str, Any] = {
+            "x_shift": self.array(st, "x_shift", "standardization ", (d,)),
+            "x_scale": self.array(st, "x_scale", "standardization ", (d,)),
+        }
+        if not np.all(scaling["x_scale"] > 0):
             self.fail("standardization 'x_scale' must be positive")
-        y_shift = self.number(st, "y_shift", "standardization ")
-        y_scale = self.number(st, "y_scale", "standardization ", positive=True)
+        scaling["y_shift"] = self.number(st, "y_shift", "standardization ")
+        scaling["y_scale"] = self.number(st, "y_scale", "standardization ", positive=True)
         data = self.section(m, "data")
         x_names = self.field(data, "x_columns", "data ")
         if (
@@ -448,18 +446,7 @@ class _ModelFile:
         y = self.array(data, "y", "data ", (n,))
         if data_hash(X, y) != data.get("sha256"):
             self.fail("the training data does not match its recorded sha256")
-        model = Model(
-            spec,
-            X,
-            y,
-            x_names=x_names,
-            y_name=y_name,
-            x_shift=x_shift,
-            x_scale=x_scale,
-            y_shift=y_shift,
-            y_scale=y_scale,
-        )
-        return model, params
+        return Model(spec, X, y, x_names=x_names, y_name=y_name, **scaling), params
 
     def spec(self, k: dict[str, Any]) -> ModelSpec:
         text = self.text(k, "spec", "kernel ")

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from gpchol.cli.errors import CLIError
 from gpchol.cli.resources import MEMORY_FLAG
-from gpchol.cli.spec import KERNEL_NAMES
+from gpchol.cli.spec import KERNEL_NAMES, ModelSpec, SpecError
 
 __all__ = ["build_parser", "fit_options"]
 
@@ -107,6 +107,27 @@ def fit_options(args: argparse.Namespace) -> dict[str, Any]:
         "resume": args.resume,
         "progress": not args.quiet,
     }
+
+
+def model_columns(args: argparse.Namespace) -> tuple[list[str], str, ModelSpec]:
+    """``gpchol fit --csv``'s ``(x columns, y column, kernel SPEC)`` from ``--x``, ``--y``
+    and ``--kernel``, or a :class:`~gpchol.cli.errors.CLIError` naming the flag."""
+    if not args.x or not args.y or not args.y.strip():
+        raise CLIError("--csv needs --x COLS (comma-separated) and --y COL")
+    x_cols = [c.strip() for c in args.x.split(",") if c.strip()]
+    if not x_cols:
+        raise CLIError("--x needs at least one column name")
+    twice = [c for i, c in enumerate(x_cols) if c in x_cols[:i]]
+    if twice:
+        raise CLIError(f"--x names column {twice[0]!r} twice")
+    y_col = args.y.strip()
+    if y_col in x_cols:
+        raise CLIError(f"--y column {y_col!r} is also an input column in --x")
+    try:
+        spec = ModelSpec.parse(args.kernel or "rbf+white", len(x_cols))
+    except SpecError as e:
+        raise CLIError(str(e)) from None
+    return x_cols, y_col, spec
 
 
 def _add_check(sub: argparse._SubParsersAction) -> None:

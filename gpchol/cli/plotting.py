@@ -4,9 +4,9 @@ irregularities in panels below (R&W 2006, Sec. 5.4.3).
 
 The conditioning on the data and all the curves are one jitted program over the plot's
 grid (``GaussianProcess.condition``, then the blocked posterior's ``mean_and_variance``
-with ``kernel=`` one additive term): one trace and one compilation per run (each program
-costs 0.1-0.4 s to trace and compile even when it runs in milliseconds), one pass over the
-test points per curve.
+with ``kernel=`` one additive term): one trace and one compilation per run (tracing and
+compiling a program, not running it, is the cost), one pass over the test points per
+curve.
 
 Matplotlib is imported (with its non-interactive ``Agg`` backend) only when a plot is
 drawn; importing this module costs nothing.
@@ -111,7 +111,7 @@ def plot_fit(
         gridspec_kw={"height_ratios": [2.3] + [1.0] * len(names)},
         squeeze=False,
     )
-    # fixed margins in inches (tight_layout measured every label: 0.1-0.3 s per plot)
+    # fixed margins in inches (tight_layout measures every label, a slow step)
     fig.subplots_adjust(
         left=0.09, right=0.98, top=1 - 0.45 / height, bottom=0.55 / height, hspace=0.3
     )
