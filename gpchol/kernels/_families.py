@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from gpchol._base.validate import check_scalar_or_vector
 from gpchol.kernels._library import (
     Kernel,
+    UnitVariance,
     as_param,
     normalize_active_dims,
     parameter,
@@ -34,7 +35,7 @@ def _cos_term(u: jax.Array, v: jax.Array, freq: jax.Array) -> jax.Array:
     return (u - v) * freq
 
 
-class Cosine(Kernel):
+class Cosine(UnitVariance):
     r"""Cosine kernel: a single frequency (a sinusoid with a random phase and amplitude).
 
     .. math:: k(x, x') = \cos\left(2\pi \sum_{k=1}^{d} \frac{x_k - x'_k}{p_k}\right)
@@ -64,9 +65,6 @@ class Cosine(Kernel):
     period: Any = 1.0
     active_dims: tuple[int, ...] | None = static(default=None)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "active_dims", normalize_active_dims(self.active_dims))
-
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         a = select_columns(x1, self.active_dims)
         b = select_columns(x2, self.active_dims)
@@ -76,10 +74,6 @@ class Cosine(Kernel):
         for k in range(1, a.shape[1]):
             phase = phase + _cos_term(a[:, None, k], b[None, :, k], freq[k])
         return jnp.cos(phase)
-
-    def _diag(self, x: jax.Array) -> jax.Array:
-        select_columns(x, self.active_dims)
-        return jnp.ones(x.shape[:1], x.dtype)
 
 
 class SpectralMixture(Kernel):
@@ -124,7 +118,7 @@ class SpectralMixture(Kernel):
     scales: Any
     active_dims: tuple[int, ...] | None = static(default=None)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # as ActiveDimsKernel's (its fields have no defaults)
         object.__setattr__(self, "active_dims", normalize_active_dims(self.active_dims))
 
     def _params(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
