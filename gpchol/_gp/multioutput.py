@@ -76,6 +76,7 @@ from gpchol._base.validate import (
     input_mesh,
     is_concrete,
 )
+from gpchol._gp.model import padded_rows_as_identity
 from gpchol._linalg import posterior_core as core
 from gpchol._linalg.backends import resolve_backend, tile_for
 from gpchol._linalg.blocks import default_tile_size, trsm
@@ -212,6 +213,11 @@ def _as_tuple(x: Any, kind: type) -> tuple[Any, ...]:
 def _sum(terms: Iterable[jax.Array]) -> jax.Array:
     """The sum of a non-empty sequence of arrays (one term per latent kernel)."""
     return functools.reduce(operator.add, terms)
+
+
+def _observed_jitter(K: jax.Array, obs: jax.Array, j: float) -> jax.Array:
+    """``K`` plus ``j`` on the observed entries' diagonal (the identity rows stay 1)."""
+    return K + jnp.diag(jnp.where(obs, jnp.asarray(j, K.dtype), 0.0)) if j else K
 
 
 def _first_success(
@@ -514,9 +520,18 @@ class MultiOutputGP:
         if pad:
             obs = jnp.concatenate([obs, jnp.zeros((pad,), bool)])
             K = jnp.pad(K, ((0, pad), (0, pad)))
-        both = obs[:, None] & obs[None, :]
-        K = jnp.where(both, K, jnp.zeros((), dtype)) + jnp.diag((~obs).astype(dtype))
-        return K, obs
+        return padded_rows_as_identity(K, obs, obs, jnp.eye(K.shape[0], dtype=bool)), obs
+
+    def _dense_inputs(self, R: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, Any, Any]:
+        """``(K, obs, r, backend, tile)`` of the dense path for residuals ``R``."""
+        K, obs = self._masked_dense(R.dtype)
+        return K, obs, R.T.reshape(-1), *self._rule_parts(K.shape[0], R.dtype)
+
+    def _kron_inputs(self, dtype: Any) -> tuple[jax.Array, jax.Array, Any, Any]:
+        """``(B, Kx, backend, tile)`` of the Kronecker shortcut."""
+        B = self.coregionalizations[0].matrix().astype(dtype)
+        Kx = self.kernels[0](self.X, self.X).astype(dtype)
+        return B, Kx, *self._rule_parts(self.n, dtype)
 
     def _rule_parts(self, N: int, dtype: Any) -> tuple[Any, int | None]:
         be = resolve_backend(self.backend, self.X)
@@ -553,20 +568,15 @@ class MultiOutputGP:
             return self._sharded_lml(R, mesh)
         schedule = self.jitter or (0.0,)
         if self.uses_kronecker:
-            B = self.coregionalizations[0].matrix().astype(dtype)
-            Kx = self.kernels[0](self.X, self.X).astype(dtype)
-            be, nb = self._rule_parts(self.n, dtype)
+            B, Kx, be, nb = self._kron_inputs(dtype)
             noise = self.noise.astype(dtype)
             out = _first_success(lambda j: _kron_loglik(B, Kx, noise + j, R, be, nb), schedule)
             return out[0], out[1]
-        K, obs = self._masked_dense(dtype)
-        r = R.T.reshape(-1)
-        be, nb = self._rule_parts(K.shape[0], dtype)
+        K, obs, r, be, nb = self._dense_inputs(R)
         rule = GaussianRule(be, nb, None)
 
         def attempt(j: float) -> tuple[jax.Array, jax.Array]:
-            Kj = K + jnp.diag(jnp.where(obs, jnp.asarray(j, dtype), 0.0)) if j else K
-            return gaussian_loglik(DenseCovariance(Kj), r, rule)
+            return gaussian_loglik(DenseCovariance(_observed_jitter(K, obs, j)), r, rule)
 
         value, status = _first_success(attempt, schedule)
         return value + self._unobserved_constant(obs, dtype), status
@@ -594,7 +604,7 @@ class MultiOutputGP:
         # on the mesh by potrf (a kernel on row-sharded X on both sides is ill-sharded)
         K, obs = self._replicated(mesh)._masked_dense(dtype, pad)
         if self.jitter:
-            K = K + jnp.diag(jnp.where(obs, jnp.asarray(self.jitter[0], dtype), 0.0))
+            K = _observed_jitter(K, obs, self.jitter[0])
         r = jnp.concatenate([R.T.reshape(-1), jnp.zeros((pad,), dtype)])
         T = self.tile_size
         L, status = gd.potrf(K, T, mesh, donate=False, return_status=True)
@@ -650,22 +660,17 @@ class MultiOutputGP:
         dtype = R.dtype
         schedule = self.jitter or (0.0,)
         if self.uses_kronecker:
-            B = self.coregionalizations[0].matrix().astype(dtype)
-            Kx = self.kernels[0](self.X, self.X).astype(dtype)
-            be, nb = self._rule_parts(self.n, dtype)
+            B, Kx, be, nb = self._kron_inputs(dtype)
 
             def kron(j: float) -> tuple[jax.Array, ...]:
                 return _kron_value(B, Kx, self.noise.astype(dtype) + j, R, be, nb)
 
             value, A, P, _, L, status = _first_success(kron, schedule)
             return MultiOutputPosterior(self, A, value, status, L, P=P)
-        K, obs = self._masked_dense(dtype)
-        r = R.T.reshape(-1)
-        be, nb = self._rule_parts(K.shape[0], dtype)
+        K, obs, r, be, nb = self._dense_inputs(R)
 
         def dense(j: float) -> tuple[jax.Array, ...]:
-            Kj = K + jnp.diag(jnp.where(obs, jnp.asarray(j, dtype), 0.0)) if j else K
-            L, status = cholesky_with_status(Kj, backend=be, tile_size=nb)
+            L, status = cholesky_with_status(_observed_jitter(K, obs, j), backend=be, tile_size=nb)
             value, alpha = gaussian_value(r, L.astype(dtype))
             return value, alpha, L, status
 
