@@ -42,8 +42,7 @@ Two factorizations, both gpchol's Cholesky:
 
 Example:
     >>> import jax.numpy as jnp
-    >>> from gpchol import kernels
-    >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+    >>> from gpchol import Coregionalization, MultiOutputGP, kernels
     >>> X = jnp.linspace(0.0, 1.0, 6)
     >>> y = jnp.stack([jnp.sin(3 * X), jnp.cos(3 * X)], axis=1)  # (n, p) = (6, 2)
     >>> B = Coregionalization(jnp.array([[1.0], [0.5]]), jnp.array([0.1, 0.1]))
@@ -77,6 +76,7 @@ from gpchol._base.validate import (
     is_concrete,
 )
 from gpchol._gp.model import padded_rows_as_identity
+from gpchol._gp.pytree import AttrPytree
 from gpchol._linalg import posterior_core as core
 from gpchol._linalg.backends import resolve_backend, tile_for
 from gpchol._linalg.blocks import default_tile_size, trsm
@@ -98,7 +98,7 @@ __all__ = ["Coregionalization", "MultiOutputGP", "MultiOutputPosterior", "MultiO
 
 
 @jax.tree_util.register_pytree_node_class
-class Coregionalization:
+class Coregionalization(AttrPytree):
     r"""A coregionalisation matrix ``B = W W^T + diag(kappa)`` over ``p`` outputs.
 
     Args:
@@ -110,7 +110,7 @@ class Coregionalization:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from gpchol._gp.multioutput import Coregionalization
+        >>> from gpchol import Coregionalization
         >>> c = Coregionalization(jnp.array([[1.0], [2.0]]), 0.5)
         >>> c.matrix().tolist()
         [[1.5, 2.0], [2.0, 4.5]]
@@ -142,14 +142,7 @@ class Coregionalization:
         self.W = W
         self.kappa = kappa
 
-    def tree_flatten(self) -> tuple[tuple[Any, Any], None]:
-        return (self.W, self.kappa), None
-
-    @classmethod
-    def tree_unflatten(cls, aux: None, children: tuple[Any, Any]) -> Coregionalization:
-        obj = object.__new__(cls)
-        obj.W, obj.kappa = children
-        return obj
+    _CHILDREN = ("W", "kappa")
 
     def __repr__(self) -> str:
         return f"Coregionalization(num_outputs={self.num_outputs}, rank={self.rank})"
@@ -174,14 +167,12 @@ class Coregionalization:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol._gp.multioutput import Coregionalization
+            >>> from gpchol import Coregionalization
             >>> t = Coregionalization(jnp.ones((2, 1))).default_transforms()
             >>> print(t.W, t.kappa)
             None Positive(lower=0.0)
         """
-        obj: Any = object.__new__(type(self))
-        obj.W, obj.kappa = None, Positive()
-        return obj
+        return self.tree_unflatten(None, (None, Positive()))
 
 
 # ------------------------------------------------------------------------- helpers
@@ -309,7 +300,7 @@ def _kron_loglik_jvp(
 # ------------------------------------------------------------------------- the model
 
 
-class MultiOutputGP:
+class MultiOutputGP(AttrPytree):
     r"""An exact multi-output GP with (intrinsic or linear) coregionalisation.
 
     Args:
@@ -343,8 +334,7 @@ class MultiOutputGP:
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from gpchol import kernels
-        >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+        >>> from gpchol import Coregionalization, MultiOutputGP, kernels
         >>> X = jnp.linspace(0.0, 1.0, 5)
         >>> y = jnp.stack([X, -X, X ** 2], axis=1)
         >>> mask = jnp.ones((5, 3), bool).at[0, 1].set(False)
@@ -439,18 +429,8 @@ class MultiOutputGP:
         self.kronecker = kronecker
         self._full = full and positive  # the shortcut's static condition, besides Q = 1
 
-    # ------------------------------------------------------------------ pytree protocol
-    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        children = (self.kernels, self.coregionalizations, self.X, self.noise, self.mask, self.mean)
-        aux = (self.jitter, self.backend, self.tile_size, self.kronecker, self._full)
-        return children, aux
-
-    @classmethod
-    def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> MultiOutputGP:
-        obj = object.__new__(cls)
-        obj.kernels, obj.coregionalizations, obj.X, obj.noise, obj.mask, obj.mean = children
-        obj.jitter, obj.backend, obj.tile_size, obj.kronecker, obj._full = aux
-        return obj
+    _CHILDREN = ("kernels", "coregionalizations", "X", "noise", "mask", "mean")
+    _AUX = ("jitter", "backend", "tile_size", "kronecker", "_full")
 
     def __repr__(self) -> str:
         return (
@@ -554,8 +534,7 @@ class MultiOutputGP:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+            >>> from gpchol import Coregionalization, MultiOutputGP, kernels
             >>> c = Coregionalization(jnp.ones((2, 1)), 1.0)
             >>> gp = MultiOutputGP(kernels.ExpSquared(), c, jnp.arange(3.0), noise=0.1)
             >>> int(gp.log_marginal_likelihood_with_status(jnp.zeros((3, 2)))[1])
@@ -624,8 +603,7 @@ class MultiOutputGP:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+            >>> from gpchol import Coregionalization, MultiOutputGP, kernels
             >>> c = Coregionalization(jnp.zeros((2, 1)), 1e-12)
             >>> gp = MultiOutputGP(kernels.ExpSquared(), c, jnp.arange(1.0), noise=1.0)
             >>> round(float(gp.log_marginal_likelihood(jnp.zeros((1, 2)))), 4)  # -log(2 pi)
@@ -644,8 +622,7 @@ class MultiOutputGP:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+            >>> from gpchol import Coregionalization, MultiOutputGP, kernels
             >>> c = Coregionalization(jnp.ones((2, 1)), 0.1)
             >>> gp = MultiOutputGP(kernels.ExpSquared(), c, jnp.arange(4.0), noise=0.01)
             >>> gp.condition(jnp.zeros((4, 2))).variance(jnp.array([0.5, 9.0])).shape
@@ -682,7 +659,7 @@ class MultiOutputGP:
 jax.tree_util.register_pytree_node_class(MultiOutputGP)
 
 
-class MultiOutputPosterior:
+class MultiOutputPosterior(AttrPytree):
     r"""The posterior of a :class:`MultiOutputGP` (from ``gp.condition(y)``).
 
     Attributes:
@@ -696,8 +673,7 @@ class MultiOutputPosterior:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from gpchol import kernels
-        >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+        >>> from gpchol import Coregionalization, MultiOutputGP, kernels
         >>> X = jnp.linspace(0.0, 1.0, 4)
         >>> c = Coregionalization(jnp.array([[1.0], [-1.0]]), 0.1)
         >>> post = MultiOutputGP(kernels.ExpSquared(0.5), c, X, noise=0.01).condition(
@@ -722,19 +698,7 @@ class MultiOutputPosterior:
         self.L = L
         self.P = P
 
-    def tree_flatten(self) -> tuple[tuple[Any, ...], None]:
-        return (
-            self.gp,
-            self.alpha,
-            self.log_marginal_likelihood,
-            self.status,
-            self.L,
-            self.P,
-        ), None
-
-    @classmethod
-    def tree_unflatten(cls, aux: None, children: tuple[Any, ...]) -> MultiOutputPosterior:
-        return cls(*children)
+    _CHILDREN = ("gp", "alpha", "log_marginal_likelihood", "status", "L", "P")
 
     @property
     def _solver(self) -> MultiOutputSolver:
@@ -785,8 +749,7 @@ class MultiOutputPosterior:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+            >>> from gpchol import Coregionalization, MultiOutputGP, kernels
             >>> c = Coregionalization(jnp.array([[1.0], [0.5]]), 0.1)
             >>> post = MultiOutputGP(kernels.ExpSquared(), c, jnp.arange(4.0), noise=0.01
             ...                      ).condition(jnp.zeros((4, 2)))
@@ -823,8 +786,7 @@ class MultiOutputPosterior:
 
         Example:
             >>> import jax, jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+            >>> from gpchol import Coregionalization, MultiOutputGP, kernels
             >>> c = Coregionalization(jnp.array([[1.0], [0.5]]), 0.1)
             >>> post = MultiOutputGP(kernels.ExpSquared(), c, jnp.arange(4.0), noise=0.01
             ...                      ).condition(jnp.zeros((4, 2)))

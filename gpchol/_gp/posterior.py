@@ -52,6 +52,7 @@ from jax.typing import ArrayLike
 
 from gpchol._base.validate import is_concrete
 from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
+from gpchol._gp.pytree import AttrPytree
 from gpchol._linalg import posterior_core as core
 from gpchol._linalg.blocks import trsm
 from gpchol.kernels import Kernel, Sum
@@ -194,7 +195,7 @@ class DenseSolver(KernelPrior):
 # ------------------------------------------------------------------------ the class
 
 
-class Posterior(core.Predictions):
+class Posterior(AttrPytree, core.Predictions):
     r"""The posterior of a :class:`GaussianProcess` given ``y`` (from ``gp.condition(y)``).
 
     Every prediction runs as one jitted program (compiled once per shape and option) over
@@ -250,17 +251,7 @@ class Posterior(core.Predictions):
         self.block_size = core.check_block_size(block_size)
 
     _CHILDREN = ("gp", "L", "alpha", "log_marginal_likelihood", "status", "jitter_used")
-
-    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[int | None]]:
-        return tuple(getattr(self, f) for f in self._CHILDREN), (self.block_size,)
-
-    @classmethod
-    def tree_unflatten(cls, aux: tuple[int | None], children: tuple[Any, ...]) -> Posterior:
-        obj = object.__new__(cls)
-        for f, v in zip(cls._CHILDREN, children, strict=True):
-            setattr(obj, f, v)
-        (obj.block_size,) = aux
-        return obj
+    _AUX = ("block_size",)
 
     def __repr__(self) -> str:
         n, dtype = self.L.shape[-1], self.L.dtype
