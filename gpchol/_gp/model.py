@@ -29,8 +29,7 @@ from it.
 
 Example:
     >>> import jax, jax.numpy as jnp
-    >>> from gpchol import kernels
-    >>> from gpchol import GaussianProcess
+    >>> from gpchol import GaussianProcess, kernels
     >>> X = jnp.linspace(0.0, 1.0, 5)
     >>> y = jnp.sin(3.0 * X)
     >>> gp = GaussianProcess(kernels.ExpSquared(lengthscale=0.3), X, noise=1e-2)
@@ -350,8 +349,7 @@ class GaussianProcess(AttrPytree):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from gpchol import kernels
-        >>> from gpchol import GaussianProcess
+        >>> from gpchol import GaussianProcess, kernels
         >>> X = jnp.linspace(0.0, 1.0, 8)
         >>> y = jnp.cos(4.0 * X)
         >>> def loss(ls):
@@ -413,8 +411,7 @@ class GaussianProcess(AttrPytree):
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> X, y = jnp.array([0.0, 1.0, 1.0]), jnp.array([0.3, -0.2, 9.0])
             >>> gp = GaussianProcess(kernels.ExpSquared(), X, noise=0.1)
             >>> a = gp.with_mask(jnp.array([True, True, False])).log_marginal_likelihood(y)
@@ -478,8 +475,7 @@ class GaussianProcess(AttrPytree):
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> gp = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1)
             >>> L, status, used = gp.factor()
             >>> int(status), L.shape
@@ -514,8 +510,7 @@ class GaussianProcess(AttrPytree):
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> X = jnp.array([0.0, 5e-4, 1.0])  # nearly duplicated inputs (float32)
             >>> d = GaussianProcess(kernels.ExpSquared(), X, noise=0.0).diagnostics()
             >>> int(d.status), bool(d.singular)  # it factors, but is numerically singular
@@ -606,8 +601,7 @@ class GaussianProcess(AttrPytree):
 
         Example:
             >>> import jax, jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> gp = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1)
             >>> lml, status = jax.jit(lambda g: g.log_marginal_likelihood_with_status(
             ...     jnp.zeros(3)))(gp)
@@ -672,8 +666,7 @@ class GaussianProcess(AttrPytree):
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> gp = GaussianProcess(kernels.White(1e-9), jnp.arange(2.0), noise=1.0)
             >>> round(float(gp.log_marginal_likelihood(jnp.zeros(2))), 4)  # -log(2 pi)
             -1.8379
@@ -712,8 +705,7 @@ class GaussianProcess(AttrPytree):
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> X = jnp.arange(4.0)
             >>> post = GaussianProcess(kernels.ExpSquared(), X, noise=1e-4).condition(X)
             >>> post.variance(X).shape
@@ -757,8 +749,7 @@ class GaussianProcess(AttrPytree):
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> gp = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1)
             >>> dist = gp.numpyro_dist()  # doctest: +SKIP
         """

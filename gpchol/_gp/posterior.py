@@ -29,8 +29,7 @@ or one variance per test point (``noise=``, for heteroscedastic models).
 
 Example:
     >>> import jax.numpy as jnp
-    >>> from gpchol import kernels
-    >>> from gpchol import GaussianProcess
+    >>> from gpchol import GaussianProcess, kernels
     >>> X = jnp.linspace(0.0, 1.0, 6)
     >>> trend, wiggle = kernels.Linear(variance=1.0), 0.1 * kernels.ExpSquared(0.2)
     >>> post = GaussianProcess(trend + wiggle, X, noise=1e-2).condition(2.0 * X)
@@ -221,8 +220,7 @@ class Posterior(AttrPytree, core.Predictions):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from gpchol import kernels
-        >>> from gpchol import GaussianProcess
+        >>> from gpchol import GaussianProcess, kernels
         >>> X = jnp.linspace(0.0, 1.0, 6)
         >>> post = GaussianProcess(kernels.ExpSquared(0.3), X, noise=1e-3).condition(X ** 2)
         >>> Xs = jnp.array([0.25, 0.75])
@@ -265,8 +263,7 @@ class Posterior(AttrPytree, core.Predictions):
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> X = jnp.arange(3.0)
             >>> d = GaussianProcess(kernels.ExpSquared(), X, noise=0.1).condition(X).diagnostics()
             >>> int(d.status), bool(d.singular), 0.0 < float(d.rcond) <= 1.0
