@@ -475,8 +475,7 @@ class SparseGP(AttrPytree):
     def elbo_with_status(self, y: ArrayLike) -> tuple[jax.Array, jax.Array]:
         """The collapsed bound and the status of ``Kuu``'s factor (usable inside ``jit``).
 
-        Args:
-            y: ``(n,)`` observations.
+        Arguments: as :meth:`elbo` (which adds ``check``).
 
         Returns:
             ``(elbo, status)``: a scalar (NaN when ``Kuu`` is not positive definite) and an

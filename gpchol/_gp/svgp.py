@@ -308,9 +308,7 @@ class SVGP(AttrPytree):
         """The evidence lower bound on a minibatch, with the status of ``K_uu``'s factor
         (usable inside ``jit``).
 
-        Args:
-            X: ``(b, d)`` minibatch inputs.
-            y: ``(b,)`` minibatch observations.
+        Arguments: as :meth:`elbo` (which adds ``check``).
 
         Returns:
             ``(elbo, status)``: the scalar bound (NaN when ``K_uu`` is not positive
