@@ -54,10 +54,10 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
-from gpchol._base.minibatch import positive_int
 from gpchol._base.validate import (
     as_inputs,
     check_finite_rows,
+    check_int,
     check_jitter,
     input_mesh,
     is_concrete,
@@ -93,7 +93,7 @@ def default_row_block(n: int, M: int) -> int:
 def _check_row_block(block_size: object) -> int | None:
     if block_size is None:
         return None
-    return positive_int(block_size, "block_size", "rows per block")
+    return check_int(block_size, "block_size", "rows per block")
 
 
 # ----------------------------------------------------------------------------------------

@@ -51,8 +51,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
-from gpchol._base.minibatch import positive_int
-from gpchol._base.validate import as_inputs, check_finite_rows, check_jitter, is_concrete
+from gpchol._base.validate import as_inputs, check_finite_rows, check_int, check_jitter, is_concrete
 from gpchol._gp.likelihoods import Likelihood
 from gpchol._gp.pytree import AttrPytree
 from gpchol._linalg import posterior_core as core
@@ -190,7 +189,7 @@ class SVGP(AttrPytree):
         self.likelihood = _check_likelihood(likelihood)
         self.mean = mean if isinstance(mean, Mean) else as_mean(mean)
         self.q_mu, self.q_sqrt = _check_variational(q_mu, q_sqrt, Z.shape[0], Z.dtype)
-        self.num_data = positive_int(num_data, "num_data", "the number of observations")
+        self.num_data = check_int(num_data, "num_data", "the number of observations")
         if not isinstance(whiten, (bool, np.bool_)):
             raise TypeError(f"whiten must be True or False; got {whiten!r}.")
         self.whiten = bool(whiten)
