@@ -8,8 +8,10 @@ hyperparameters, registered as pytree leaves for them.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
+import operator
 from typing import Any
 
 import jax
@@ -20,6 +22,7 @@ from gpchol.kernels._library import (
     Kernel,
     UnitVariance,
     as_param,
+    dimsum,
     normalize_active_dims,
     parameter,
     per_dim,
@@ -69,11 +72,7 @@ class Cosine(UnitVariance):
         a = select_columns(x1, self.active_dims)
         b = select_columns(x2, self.active_dims)
         freq = (2.0 * math.pi) / per_dim(self.period, a, "period")
-        freq = jnp.broadcast_to(freq, (a.shape[1],))
-        phase = _cos_term(a[:, None, 0], b[None, :, 0], freq[0])
-        for k in range(1, a.shape[1]):
-            phase = phase + _cos_term(a[:, None, k], b[None, :, k], freq[k])
-        return jnp.cos(phase)
+        return jnp.cos(dimsum(_cos_term, a, b, freq))
 
 
 class SpectralMixture(Kernel):
@@ -248,18 +247,11 @@ class ChangePoints(Kernel):
 
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         a1, a2 = self._gates(x1), self._gates(x2)
-        out = None
-        for i, k in enumerate(self.kernels):
-            term = (a1[i][:, None] * a2[i][None, :]) * k._eval(x1, x2)
-            out = term if out is None else out + term
-        assert out is not None
-        return out
+        pairs = zip(a1, a2, self.kernels, strict=True)
+        return functools.reduce(
+            operator.add, ((u[:, None] * v[None, :]) * k._eval(x1, x2) for u, v, k in pairs)
+        )
 
     def _diag(self, x: jax.Array) -> jax.Array:
-        a = self._gates(x)
-        out = None
-        for i, k in enumerate(self.kernels):
-            term = jnp.square(a[i]) * k._diag(x)
-            out = term if out is None else out + term
-        assert out is not None
-        return out
+        pairs = zip(self._gates(x), self.kernels, strict=True)
+        return functools.reduce(operator.add, (jnp.square(a) * k._diag(x) for a, k in pairs))
