@@ -129,6 +129,11 @@ def per_dim(value: Any, x: jax.Array, name: str) -> jax.Array:
 _UNROLL_MAX_DIM = 64
 
 
+def _column_params(per_dim: tuple[jax.Array, ...], k: int, d: int) -> list[jax.Array]:
+    """Column ``k``'s value of each parameter of shape ``()``, ``(1,)`` or ``(d,)``."""
+    return [p[k] if p.ndim == 1 and p.shape[0] == d else p.reshape(()) for p in per_dim]
+
+
 def _dimsum_impl(fn: Any, a: jax.Array, b: jax.Array, *per_dim: jax.Array) -> jax.Array:
     """``sum_k fn(a[:, None, k], b[None, :, k], *(p[k] for p in per_dim))``, ``(n1, n2)``.
 
@@ -144,8 +149,7 @@ def _dimsum_impl(fn: Any, a: jax.Array, b: jax.Array, *per_dim: jax.Array) -> ja
         return jnp.sum(fn(a[:, None, :], b[None, :, :], *per_dim), axis=-1)
 
     def column(k: int) -> jax.Array:
-        ps = [p[k] if p.ndim == 1 and p.shape[0] == d else p.reshape(()) for p in per_dim]
-        return fn(a[:, None, k], b[None, :, k], *ps)
+        return fn(a[:, None, k], b[None, :, k], *_column_params(per_dim, k, d))
 
     out = column(0)
     for k in range(1, d):
@@ -168,8 +172,7 @@ def rowsum(fn: Any, a: jax.Array, *per_dim: jax.Array) -> jax.Array:
         return jnp.sum(fn(a, a, *per_dim), axis=-1)
     out: jax.Array | None = None
     for k in range(d):
-        ps = [p[k] if p.ndim == 1 and p.shape[0] == d else p.reshape(()) for p in per_dim]
-        term = fn(a[:, k], a[:, k], *ps)
+        term = fn(a[:, k], a[:, k], *_column_params(per_dim, k, d))
         out = term if out is None else out + term
     assert out is not None  # d >= 1
     return out
