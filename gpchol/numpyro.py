@@ -803,15 +803,7 @@ class GaussianProcessMarginal(MultivariateNormal):
         prior draw when not).
 
         Args:
-            name: the site's name.
-            y: ``(n,)`` observations at ``X``.
-            Xs: ``(m, d)`` test inputs.
-            kernel: ``None`` or one additive part of the model's kernel (that component).
-            include_noise: sample ``y(Xs)`` instead of the latent ``f(Xs)``.
-            noise: the test points' own noise variance, scalar or ``(m,)``; implies
-                ``include_noise`` (see :meth:`predictive`).
-            joint: joint draws (``True``) or independent marginals (``False``).
-            jitter: relative jitter schedule of the joint covariance's factor.
+            name: the site's name; the other arguments are :meth:`predictive`'s.
 
         Returns:
             ``(m,)`` the site's value.
@@ -835,16 +827,8 @@ class GaussianProcessMarginal(MultivariateNormal):
             >>> out["f_star"].shape
             (3, 2)
         """
-        d = self.predictive(
-            y,
-            Xs,
-            kernel=kernel,
-            include_noise=include_noise,
-            noise=noise,
-            joint=joint,
-            jitter=jitter,
-        )
-        return numpyro.sample(name, d)
+        opts = dict(kernel=kernel, include_noise=include_noise, noise=noise, joint=joint)
+        return numpyro.sample(name, self.predictive(y, Xs, **opts, jitter=jitter))
 
 
 # ----------------------------------------------------------------------------------------
@@ -945,8 +929,7 @@ def latent_gp(
     X = as_inputs(X)
     n = X.shape[0]
     j = (check_jitter(jitter, schedule=False) or (0.0,))[0]
-    K = kernel(X, X)
-    K = K + j * jnp.eye(n, dtype=K.dtype)
+    K = _gp_covariance(kernel, X, 0.0, j)
     L, ok = _factor(K)
     z = numpyro.sample(
         f"{name}_z", numpyro.distributions.Normal(jnp.zeros(n, K.dtype), 1.0).to_event(1)

@@ -113,10 +113,8 @@ class GPDiagnostics(NamedTuple):
         return True
 
 
-# Jitted: the diagnostics() methods and the eager likelihood's singular check call it
-# outside jit, where op by op it would compile six small programs (about 0.3 s in a
-# fresh process) instead of one. GaussianProcess.condition computes it inside its own
-# conditioning program instead.
+# Jitted: called outside jit (diagnostics(), the eager singular check) it compiles one
+# program, not six small ones op by op; GaussianProcess.condition computes it inside its own.
 @jax.jit
 def diagnose_factor(
     L: jax.Array, status: jax.Array, jitter_used: jax.Array, mask: jax.Array | None = None

@@ -17,9 +17,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from gpchol._base.validate import as_inputs, is_concrete
+from gpchol._base.validate import as_inputs, check_finite_rows
 from gpchol.kernels import Kernel, as_kernel
 
 __all__ = ["inducing_points"]
@@ -109,8 +108,7 @@ def inducing_points(
         )
     if method not in ("greedy", "kmeans"):
         raise ValueError(f"method must be 'greedy' or 'kmeans'; got {method!r}.")
-    if is_concrete(X) and not np.all(np.isfinite(np.asarray(X))):
-        raise ValueError("X has NaN or inf; drop or impute those rows first.")
+    check_finite_rows(X, "X", "drop or impute those rows first")
     key = jax.random.PRNGKey(0) if key is None else key
     sub, key2 = jax.random.split(key)
     cap = max(int(candidates), m)

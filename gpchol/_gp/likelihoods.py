@@ -37,9 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, log_ndtr, ndtr
 
-from gpchol._base.minibatch import positive_int
 from gpchol._base.transforms import Positive
-from gpchol._base.validate import is_concrete
+from gpchol._base.validate import check_int, is_concrete
 
 __all__ = [
     "Bernoulli",
@@ -55,7 +54,7 @@ _LOG_2PI = float(np.log(2.0 * np.pi))
 
 def check_num_points(num_points: object) -> int:
     """``num_points`` (Gauss-Hermite points) as a positive ``int``, or a clear error."""
-    return positive_int(num_points, "num_points", "Gauss-Hermite quadrature points")
+    return check_int(num_points, "num_points", "Gauss-Hermite quadrature points")
 
 
 def gauss_hermite_expectation(

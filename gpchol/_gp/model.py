@@ -29,8 +29,7 @@ from it.
 
 Example:
     >>> import jax, jax.numpy as jnp
-    >>> from gpchol import kernels
-    >>> from gpchol import GaussianProcess
+    >>> from gpchol import GaussianProcess, kernels
     >>> X = jnp.linspace(0.0, 1.0, 5)
     >>> y = jnp.sin(3.0 * X)
     >>> gp = GaussianProcess(kernels.ExpSquared(lengthscale=0.3), X, noise=1e-2)
@@ -62,6 +61,7 @@ from gpchol._base.validate import (
 )
 from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
 from gpchol._gp.posterior import Posterior, model_part
+from gpchol._gp.pytree import AttrPytree
 from gpchol._linalg.backends import resolve_backend, tile_for
 from gpchol._linalg.blocks import trsm
 from gpchol._linalg.cholesky import linear_chol_tangent
@@ -180,7 +180,7 @@ def _contraction_tile(n: int) -> int:
 
 
 @jax.tree_util.register_pytree_node_class
-class _GPCovariance:
+class _GPCovariance(AttrPytree):
     """The GP's covariance as a source for :func:`gpchol._linalg.gaussian.gaussian_loglik`.
 
     ``K = k(X, X) + diag(noise) + jitter I`` is built inside the rule (and rebuilt, never
@@ -191,12 +191,7 @@ class _GPCovariance:
     def __init__(self, gp: GaussianProcess) -> None:
         self.gp = gp
 
-    def tree_flatten(self) -> tuple[tuple[GaussianProcess], None]:
-        return (self.gp,), None
-
-    @classmethod
-    def tree_unflatten(cls, aux: None, children: tuple[GaussianProcess]) -> _GPCovariance:
-        return cls(*children)
+    _CHILDREN = ("gp",)
 
     def build(self, dtype: DTypeLike, jitter: float) -> jax.Array:
         return DenseCovariance(self.gp.covariance_matrix()).build(dtype, jitter)
@@ -322,7 +317,7 @@ def _condition_jit(gp: GaussianProcess, y: jax.Array) -> tuple[Any, ...]:
     return L, value, alpha, status, used, diagnose_factor(L, status, used, gp.mask)
 
 
-class GaussianProcess:
+class GaussianProcess(AttrPytree):
     r"""An exact Gaussian process with Gaussian observation noise.
 
     Args:
@@ -354,8 +349,7 @@ class GaussianProcess:
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from gpchol import kernels
-        >>> from gpchol import GaussianProcess
+        >>> from gpchol import GaussianProcess, kernels
         >>> X = jnp.linspace(0.0, 1.0, 8)
         >>> y = jnp.cos(4.0 * X)
         >>> def loss(ls):
@@ -398,18 +392,13 @@ class GaussianProcess:
         self._check_padding()
 
     # ------------------------------------------------------------------ pytree protocol
-    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        children = (self.kernel, self.X, self.noise, self.mean, self.mask)
-        aux = (self.jitter, self.backend, self.tile_size)
-        return children, aux
+    _CHILDREN = ("kernel", "X", "noise", "mean", "mask")
+    _AUX = ("jitter", "backend", "tile_size")
 
     @classmethod
-    def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> GaussianProcess:
-        obj = object.__new__(cls)
+    def tree_unflatten(cls, aux: Any, children: Any) -> GaussianProcess:
         # four children: a model saved before the mask existed (gpchol.load)
-        obj.kernel, obj.X, obj.noise, obj.mean, obj.mask = (*children, None)[:5]
-        obj.jitter, obj.backend, obj.tile_size = aux
-        return obj
+        return super().tree_unflatten(aux, (*children, None)[:5])
 
     def with_mask(self, mask: Any) -> GaussianProcess:
         """This GP with padded rows marked (see ``mask`` in :class:`GaussianProcess`).
@@ -422,8 +411,7 @@ class GaussianProcess:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> X, y = jnp.array([0.0, 1.0, 1.0]), jnp.array([0.3, -0.2, 9.0])
             >>> gp = GaussianProcess(kernels.ExpSquared(), X, noise=0.1)
             >>> a = gp.with_mask(jnp.array([True, True, False])).log_marginal_likelihood(y)
@@ -487,8 +475,7 @@ class GaussianProcess:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> gp = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1)
             >>> L, status, used = gp.factor()
             >>> int(status), L.shape
@@ -523,8 +510,7 @@ class GaussianProcess:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> X = jnp.array([0.0, 5e-4, 1.0])  # nearly duplicated inputs (float32)
             >>> d = GaussianProcess(kernels.ExpSquared(), X, noise=0.0).diagnostics()
             >>> int(d.status), bool(d.singular)  # it factors, but is numerically singular
@@ -607,22 +593,15 @@ class GaussianProcess:
     def log_marginal_likelihood_with_status(self, y: ArrayLike) -> tuple[jax.Array, jax.Array]:
         """Log marginal likelihood and factorization status (usable inside ``jit``).
 
-        Args:
-            y: ``(n,)`` observations.
+        Arguments and warning: as :meth:`log_marginal_likelihood` (which adds ``check``).
 
         Returns:
             ``(lml, status)``: a scalar (NaN when the covariance is not positive definite)
             and an int32 scalar status (0 = success, else the 1-based failing pivot).
 
-        Warns:
-            SingularCovarianceWarning: called eagerly (outside ``jit``/``vmap``/``grad``)
-            when the value is finite but the covariance numerically singular (see
-            :meth:`diagnostics`; checking costs one more factorization).
-
         Example:
             >>> import jax, jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> gp = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1)
             >>> lml, status = jax.jit(lambda g: g.log_marginal_likelihood_with_status(
             ...     jnp.zeros(3)))(gp)
@@ -687,8 +666,7 @@ class GaussianProcess:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> gp = GaussianProcess(kernels.White(1e-9), jnp.arange(2.0), noise=1.0)
             >>> round(float(gp.log_marginal_likelihood(jnp.zeros(2))), 4)  # -log(2 pi)
             -1.8379
@@ -727,8 +705,7 @@ class GaussianProcess:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> X = jnp.arange(4.0)
             >>> post = GaussianProcess(kernels.ExpSquared(), X, noise=1e-4).condition(X)
             >>> post.variance(X).shape
@@ -772,8 +749,7 @@ class GaussianProcess:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> gp = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1)
             >>> dist = gp.numpyro_dist()  # doctest: +SKIP
         """

@@ -42,8 +42,7 @@ Two factorizations, both gpchol's Cholesky:
 
 Example:
     >>> import jax.numpy as jnp
-    >>> from gpchol import kernels
-    >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+    >>> from gpchol import Coregionalization, MultiOutputGP, kernels
     >>> X = jnp.linspace(0.0, 1.0, 6)
     >>> y = jnp.stack([jnp.sin(3 * X), jnp.cos(3 * X)], axis=1)  # (n, p) = (6, 2)
     >>> B = Coregionalization(jnp.array([[1.0], [0.5]]), jnp.array([0.1, 0.1]))
@@ -76,6 +75,8 @@ from gpchol._base.validate import (
     input_mesh,
     is_concrete,
 )
+from gpchol._gp.model import padded_rows_as_identity
+from gpchol._gp.pytree import AttrPytree
 from gpchol._linalg import posterior_core as core
 from gpchol._linalg.backends import resolve_backend, tile_for
 from gpchol._linalg.blocks import default_tile_size, trsm
@@ -97,7 +98,7 @@ __all__ = ["Coregionalization", "MultiOutputGP", "MultiOutputPosterior", "MultiO
 
 
 @jax.tree_util.register_pytree_node_class
-class Coregionalization:
+class Coregionalization(AttrPytree):
     r"""A coregionalisation matrix ``B = W W^T + diag(kappa)`` over ``p`` outputs.
 
     Args:
@@ -109,7 +110,7 @@ class Coregionalization:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from gpchol._gp.multioutput import Coregionalization
+        >>> from gpchol import Coregionalization
         >>> c = Coregionalization(jnp.array([[1.0], [2.0]]), 0.5)
         >>> c.matrix().tolist()
         [[1.5, 2.0], [2.0, 4.5]]
@@ -141,14 +142,7 @@ class Coregionalization:
         self.W = W
         self.kappa = kappa
 
-    def tree_flatten(self) -> tuple[tuple[Any, Any], None]:
-        return (self.W, self.kappa), None
-
-    @classmethod
-    def tree_unflatten(cls, aux: None, children: tuple[Any, Any]) -> Coregionalization:
-        obj = object.__new__(cls)
-        obj.W, obj.kappa = children
-        return obj
+    _CHILDREN = ("W", "kappa")
 
     def __repr__(self) -> str:
         return f"Coregionalization(num_outputs={self.num_outputs}, rank={self.rank})"
@@ -173,14 +167,12 @@ class Coregionalization:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol._gp.multioutput import Coregionalization
+            >>> from gpchol import Coregionalization
             >>> t = Coregionalization(jnp.ones((2, 1))).default_transforms()
             >>> print(t.W, t.kappa)
             None Positive(lower=0.0)
         """
-        obj: Any = object.__new__(type(self))
-        obj.W, obj.kappa = None, Positive()
-        return obj
+        return self.tree_unflatten(None, (None, Positive()))
 
 
 # ------------------------------------------------------------------------- helpers
@@ -212,6 +204,11 @@ def _as_tuple(x: Any, kind: type) -> tuple[Any, ...]:
 def _sum(terms: Iterable[jax.Array]) -> jax.Array:
     """The sum of a non-empty sequence of arrays (one term per latent kernel)."""
     return functools.reduce(operator.add, terms)
+
+
+def _observed_jitter(K: jax.Array, obs: jax.Array, j: float) -> jax.Array:
+    """``K`` plus ``j`` on the observed entries' diagonal (the identity rows stay 1)."""
+    return K + jnp.diag(jnp.where(obs, jnp.asarray(j, K.dtype), 0.0)) if j else K
 
 
 def _first_success(
@@ -303,7 +300,7 @@ def _kron_loglik_jvp(
 # ------------------------------------------------------------------------- the model
 
 
-class MultiOutputGP:
+class MultiOutputGP(AttrPytree):
     r"""An exact multi-output GP with (intrinsic or linear) coregionalisation.
 
     Args:
@@ -337,8 +334,7 @@ class MultiOutputGP:
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from gpchol import kernels
-        >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+        >>> from gpchol import Coregionalization, MultiOutputGP, kernels
         >>> X = jnp.linspace(0.0, 1.0, 5)
         >>> y = jnp.stack([X, -X, X ** 2], axis=1)
         >>> mask = jnp.ones((5, 3), bool).at[0, 1].set(False)
@@ -433,18 +429,8 @@ class MultiOutputGP:
         self.kronecker = kronecker
         self._full = full and positive  # the shortcut's static condition, besides Q = 1
 
-    # ------------------------------------------------------------------ pytree protocol
-    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        children = (self.kernels, self.coregionalizations, self.X, self.noise, self.mask, self.mean)
-        aux = (self.jitter, self.backend, self.tile_size, self.kronecker, self._full)
-        return children, aux
-
-    @classmethod
-    def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> MultiOutputGP:
-        obj = object.__new__(cls)
-        obj.kernels, obj.coregionalizations, obj.X, obj.noise, obj.mask, obj.mean = children
-        obj.jitter, obj.backend, obj.tile_size, obj.kronecker, obj._full = aux
-        return obj
+    _CHILDREN = ("kernels", "coregionalizations", "X", "noise", "mask", "mean")
+    _AUX = ("jitter", "backend", "tile_size", "kronecker", "_full")
 
     def __repr__(self) -> str:
         return (
@@ -514,9 +500,18 @@ class MultiOutputGP:
         if pad:
             obs = jnp.concatenate([obs, jnp.zeros((pad,), bool)])
             K = jnp.pad(K, ((0, pad), (0, pad)))
-        both = obs[:, None] & obs[None, :]
-        K = jnp.where(both, K, jnp.zeros((), dtype)) + jnp.diag((~obs).astype(dtype))
-        return K, obs
+        return padded_rows_as_identity(K, obs, obs, jnp.eye(K.shape[0], dtype=bool)), obs
+
+    def _dense_inputs(self, R: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, Any, Any]:
+        """``(K, obs, r, backend, tile)`` of the dense path for residuals ``R``."""
+        K, obs = self._masked_dense(R.dtype)
+        return K, obs, R.T.reshape(-1), *self._rule_parts(K.shape[0], R.dtype)
+
+    def _kron_inputs(self, dtype: Any) -> tuple[jax.Array, jax.Array, Any, Any]:
+        """``(B, Kx, backend, tile)`` of the Kronecker shortcut."""
+        B = self.coregionalizations[0].matrix().astype(dtype)
+        Kx = self.kernels[0](self.X, self.X).astype(dtype)
+        return B, Kx, *self._rule_parts(self.n, dtype)
 
     def _rule_parts(self, N: int, dtype: Any) -> tuple[Any, int | None]:
         be = resolve_backend(self.backend, self.X)
@@ -539,8 +534,7 @@ class MultiOutputGP:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+            >>> from gpchol import Coregionalization, MultiOutputGP, kernels
             >>> c = Coregionalization(jnp.ones((2, 1)), 1.0)
             >>> gp = MultiOutputGP(kernels.ExpSquared(), c, jnp.arange(3.0), noise=0.1)
             >>> int(gp.log_marginal_likelihood_with_status(jnp.zeros((3, 2)))[1])
@@ -553,20 +547,15 @@ class MultiOutputGP:
             return self._sharded_lml(R, mesh)
         schedule = self.jitter or (0.0,)
         if self.uses_kronecker:
-            B = self.coregionalizations[0].matrix().astype(dtype)
-            Kx = self.kernels[0](self.X, self.X).astype(dtype)
-            be, nb = self._rule_parts(self.n, dtype)
+            B, Kx, be, nb = self._kron_inputs(dtype)
             noise = self.noise.astype(dtype)
             out = _first_success(lambda j: _kron_loglik(B, Kx, noise + j, R, be, nb), schedule)
             return out[0], out[1]
-        K, obs = self._masked_dense(dtype)
-        r = R.T.reshape(-1)
-        be, nb = self._rule_parts(K.shape[0], dtype)
+        K, obs, r, be, nb = self._dense_inputs(R)
         rule = GaussianRule(be, nb, None)
 
         def attempt(j: float) -> tuple[jax.Array, jax.Array]:
-            Kj = K + jnp.diag(jnp.where(obs, jnp.asarray(j, dtype), 0.0)) if j else K
-            return gaussian_loglik(DenseCovariance(Kj), r, rule)
+            return gaussian_loglik(DenseCovariance(_observed_jitter(K, obs, j)), r, rule)
 
         value, status = _first_success(attempt, schedule)
         return value + self._unobserved_constant(obs, dtype), status
@@ -594,7 +583,7 @@ class MultiOutputGP:
         # on the mesh by potrf (a kernel on row-sharded X on both sides is ill-sharded)
         K, obs = self._replicated(mesh)._masked_dense(dtype, pad)
         if self.jitter:
-            K = K + jnp.diag(jnp.where(obs, jnp.asarray(self.jitter[0], dtype), 0.0))
+            K = _observed_jitter(K, obs, self.jitter[0])
         r = jnp.concatenate([R.T.reshape(-1), jnp.zeros((pad,), dtype)])
         T = self.tile_size
         L, status = gd.potrf(K, T, mesh, donate=False, return_status=True)
@@ -614,8 +603,7 @@ class MultiOutputGP:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+            >>> from gpchol import Coregionalization, MultiOutputGP, kernels
             >>> c = Coregionalization(jnp.zeros((2, 1)), 1e-12)
             >>> gp = MultiOutputGP(kernels.ExpSquared(), c, jnp.arange(1.0), noise=1.0)
             >>> round(float(gp.log_marginal_likelihood(jnp.zeros((1, 2)))), 4)  # -log(2 pi)
@@ -634,8 +622,7 @@ class MultiOutputGP:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+            >>> from gpchol import Coregionalization, MultiOutputGP, kernels
             >>> c = Coregionalization(jnp.ones((2, 1)), 0.1)
             >>> gp = MultiOutputGP(kernels.ExpSquared(), c, jnp.arange(4.0), noise=0.01)
             >>> gp.condition(jnp.zeros((4, 2))).variance(jnp.array([0.5, 9.0])).shape
@@ -650,22 +637,17 @@ class MultiOutputGP:
         dtype = R.dtype
         schedule = self.jitter or (0.0,)
         if self.uses_kronecker:
-            B = self.coregionalizations[0].matrix().astype(dtype)
-            Kx = self.kernels[0](self.X, self.X).astype(dtype)
-            be, nb = self._rule_parts(self.n, dtype)
+            B, Kx, be, nb = self._kron_inputs(dtype)
 
             def kron(j: float) -> tuple[jax.Array, ...]:
                 return _kron_value(B, Kx, self.noise.astype(dtype) + j, R, be, nb)
 
             value, A, P, _, L, status = _first_success(kron, schedule)
             return MultiOutputPosterior(self, A, value, status, L, P=P)
-        K, obs = self._masked_dense(dtype)
-        r = R.T.reshape(-1)
-        be, nb = self._rule_parts(K.shape[0], dtype)
+        K, obs, r, be, nb = self._dense_inputs(R)
 
         def dense(j: float) -> tuple[jax.Array, ...]:
-            Kj = K + jnp.diag(jnp.where(obs, jnp.asarray(j, dtype), 0.0)) if j else K
-            L, status = cholesky_with_status(Kj, backend=be, tile_size=nb)
+            L, status = cholesky_with_status(_observed_jitter(K, obs, j), backend=be, tile_size=nb)
             value, alpha = gaussian_value(r, L.astype(dtype))
             return value, alpha, L, status
 
@@ -677,7 +659,7 @@ class MultiOutputGP:
 jax.tree_util.register_pytree_node_class(MultiOutputGP)
 
 
-class MultiOutputPosterior:
+class MultiOutputPosterior(AttrPytree):
     r"""The posterior of a :class:`MultiOutputGP` (from ``gp.condition(y)``).
 
     Attributes:
@@ -691,8 +673,7 @@ class MultiOutputPosterior:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from gpchol import kernels
-        >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+        >>> from gpchol import Coregionalization, MultiOutputGP, kernels
         >>> X = jnp.linspace(0.0, 1.0, 4)
         >>> c = Coregionalization(jnp.array([[1.0], [-1.0]]), 0.1)
         >>> post = MultiOutputGP(kernels.ExpSquared(0.5), c, X, noise=0.01).condition(
@@ -717,19 +698,7 @@ class MultiOutputPosterior:
         self.L = L
         self.P = P
 
-    def tree_flatten(self) -> tuple[tuple[Any, ...], None]:
-        return (
-            self.gp,
-            self.alpha,
-            self.log_marginal_likelihood,
-            self.status,
-            self.L,
-            self.P,
-        ), None
-
-    @classmethod
-    def tree_unflatten(cls, aux: None, children: tuple[Any, ...]) -> MultiOutputPosterior:
-        return cls(*children)
+    _CHILDREN = ("gp", "alpha", "log_marginal_likelihood", "status", "L", "P")
 
     @property
     def _solver(self) -> MultiOutputSolver:
@@ -780,8 +749,7 @@ class MultiOutputPosterior:
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+            >>> from gpchol import Coregionalization, MultiOutputGP, kernels
             >>> c = Coregionalization(jnp.array([[1.0], [0.5]]), 0.1)
             >>> post = MultiOutputGP(kernels.ExpSquared(), c, jnp.arange(4.0), noise=0.01
             ...                      ).condition(jnp.zeros((4, 2)))
@@ -818,8 +786,7 @@ class MultiOutputPosterior:
 
         Example:
             >>> import jax, jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol._gp.multioutput import Coregionalization, MultiOutputGP
+            >>> from gpchol import Coregionalization, MultiOutputGP, kernels
             >>> c = Coregionalization(jnp.array([[1.0], [0.5]]), 0.1)
             >>> post = MultiOutputGP(kernels.ExpSquared(), c, jnp.arange(4.0), noise=0.01
             ...                      ).condition(jnp.zeros((4, 2)))

@@ -29,8 +29,7 @@ or one variance per test point (``noise=``, for heteroscedastic models).
 
 Example:
     >>> import jax.numpy as jnp
-    >>> from gpchol import kernels
-    >>> from gpchol import GaussianProcess
+    >>> from gpchol import GaussianProcess, kernels
     >>> X = jnp.linspace(0.0, 1.0, 6)
     >>> trend, wiggle = kernels.Linear(variance=1.0), 0.1 * kernels.ExpSquared(0.2)
     >>> post = GaussianProcess(trend + wiggle, X, noise=1e-2).condition(2.0 * X)
@@ -52,6 +51,7 @@ from jax.typing import ArrayLike
 
 from gpchol._base.validate import is_concrete
 from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
+from gpchol._gp.pytree import AttrPytree
 from gpchol._linalg import posterior_core as core
 from gpchol._linalg.blocks import trsm
 from gpchol.kernels import Kernel, Sum
@@ -194,7 +194,7 @@ class DenseSolver(KernelPrior):
 # ------------------------------------------------------------------------ the class
 
 
-class Posterior(core.Predictions):
+class Posterior(AttrPytree, core.Predictions):
     r"""The posterior of a :class:`GaussianProcess` given ``y`` (from ``gp.condition(y)``).
 
     Every prediction runs as one jitted program (compiled once per shape and option) over
@@ -220,8 +220,7 @@ class Posterior(core.Predictions):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from gpchol import kernels
-        >>> from gpchol import GaussianProcess
+        >>> from gpchol import GaussianProcess, kernels
         >>> X = jnp.linspace(0.0, 1.0, 6)
         >>> post = GaussianProcess(kernels.ExpSquared(0.3), X, noise=1e-3).condition(X ** 2)
         >>> Xs = jnp.array([0.25, 0.75])
@@ -250,17 +249,7 @@ class Posterior(core.Predictions):
         self.block_size = core.check_block_size(block_size)
 
     _CHILDREN = ("gp", "L", "alpha", "log_marginal_likelihood", "status", "jitter_used")
-
-    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[int | None]]:
-        return tuple(getattr(self, f) for f in self._CHILDREN), (self.block_size,)
-
-    @classmethod
-    def tree_unflatten(cls, aux: tuple[int | None], children: tuple[Any, ...]) -> Posterior:
-        obj = object.__new__(cls)
-        for f, v in zip(cls._CHILDREN, children, strict=True):
-            setattr(obj, f, v)
-        (obj.block_size,) = aux
-        return obj
+    _AUX = ("block_size",)
 
     def __repr__(self) -> str:
         n, dtype = self.L.shape[-1], self.L.dtype
@@ -274,8 +263,7 @@ class Posterior(core.Predictions):
 
         Example:
             >>> import jax.numpy as jnp
-            >>> from gpchol import kernels
-            >>> from gpchol import GaussianProcess
+            >>> from gpchol import GaussianProcess, kernels
             >>> X = jnp.arange(3.0)
             >>> d = GaussianProcess(kernels.ExpSquared(), X, noise=0.1).condition(X).diagnostics()
             >>> int(d.status), bool(d.singular), 0.0 < float(d.rcond) <= 1.0

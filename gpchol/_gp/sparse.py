@@ -54,9 +54,16 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
-from gpchol._base.minibatch import positive_int
-from gpchol._base.validate import as_inputs, check_jitter, input_mesh, is_concrete
+from gpchol._base.validate import (
+    as_inputs,
+    check_finite_rows,
+    check_int,
+    check_jitter,
+    input_mesh,
+    is_concrete,
+)
 from gpchol._gp.posterior import KernelPrior, model_part
+from gpchol._gp.pytree import AttrPytree
 from gpchol._linalg import posterior_core as core
 from gpchol._linalg.blocks import trsm
 from gpchol._linalg.gaussian import LOG_2PI
@@ -86,13 +93,7 @@ def default_row_block(n: int, M: int) -> int:
 def _check_row_block(block_size: object) -> int | None:
     if block_size is None:
         return None
-    return positive_int(block_size, "block_size", "rows per block")
-
-
-def _rows_with_nan(x: np.ndarray) -> str:
-    rows = np.flatnonzero(~np.all(np.isfinite(x), axis=1))
-    more = f" and {rows.size - 5} more" if rows.size > 5 else ""
-    return f"row(s) {rows[:5].tolist()}{more}"
+    return check_int(block_size, "block_size", "rows per block")
 
 
 # ----------------------------------------------------------------------------------------
@@ -284,7 +285,7 @@ def bound_from_stats(
 # ----------------------------------------------------------------------------------------
 
 
-class SparseGP:
+class SparseGP(AttrPytree):
     r"""Sparse GP regression on inducing inputs: Titsias' collapsed bound (SGPR).
 
     The model is that of :class:`gpchol.GaussianProcess` (``y = f(X) + eps``, Gaussian
@@ -362,14 +363,8 @@ class SparseGP:
                 f"training point; got shape {tuple(noise.shape)}."
             )
         if is_concrete(X, Z, noise):
-            x = np.asarray(X)
-            if not np.all(np.isfinite(x)):
-                raise ValueError(f"X has NaN or inf in {_rows_with_nan(x)}; drop or impute them.")
-            z = np.asarray(Z)
-            if not np.all(np.isfinite(z)):
-                raise ValueError(
-                    f"inducing (the inducing inputs Z) has NaN or inf in {_rows_with_nan(z)}."
-                )
+            check_finite_rows(X, "X", "drop or impute them")
+            check_finite_rows(Z, "inducing (the inducing inputs Z)", "give finite inducing inputs")
             nz = np.asarray(noise)
             if not np.all(np.isfinite(nz)) or np.any(nz <= 0):
                 raise ValueError(
@@ -386,17 +381,8 @@ class SparseGP:
         self.fixed_inducing = bool(fixed_inducing)
         self.block_size = _check_row_block(block_size)
 
-    # ------------------------------------------------------------------ pytree protocol
-    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        children = (self.kernel, self.X, self.inducing, self.noise, self.mean)
-        return children, (self.jitter, self.fixed_inducing, self.block_size)
-
-    @classmethod
-    def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> SparseGP:
-        obj = object.__new__(cls)
-        obj.kernel, obj.X, obj.inducing, obj.noise, obj.mean = children
-        obj.jitter, obj.fixed_inducing, obj.block_size = aux
-        return obj
+    _CHILDREN = ("kernel", "X", "inducing", "noise", "mean")
+    _AUX = ("jitter", "fixed_inducing", "block_size")
 
     def __repr__(self) -> str:
         return (
@@ -489,8 +475,7 @@ class SparseGP:
     def elbo_with_status(self, y: ArrayLike) -> tuple[jax.Array, jax.Array]:
         """The collapsed bound and the status of ``Kuu``'s factor (usable inside ``jit``).
 
-        Args:
-            y: ``(n,)`` observations.
+        Arguments: as :meth:`elbo` (which adds ``check``).
 
         Returns:
             ``(elbo, status)``: a scalar (NaN when ``Kuu`` is not positive definite) and an
@@ -646,7 +631,7 @@ class SparseSolver(KernelPrior):
         return mu, self.R.astype(xb.dtype) @ trsm(self.Luu, Kus, left=True)
 
 
-class SparsePosterior(core.Predictions):
+class SparsePosterior(AttrPytree, core.Predictions):
     """The approximate posterior of a :class:`SparseGP` (from ``gp.condition(y)``).
 
     Holds ``O(M^2)``; predictions run through the posterior core (blocks of test points,
@@ -700,16 +685,7 @@ class SparsePosterior(core.Predictions):
         self.status = status
         self.jitter_used = jitter_used
 
-    def tree_flatten(self) -> tuple[tuple[Any, ...], None]:
-        children = (
-            self.gp, self.Luu, self.LB, self.c, self.R, self.w, self.elbo, self.status,
-            self.jitter_used,
-        )  # fmt: skip
-        return children, None
-
-    @classmethod
-    def tree_unflatten(cls, aux: None, children: tuple[Any, ...]) -> SparsePosterior:
-        return cls(*children)
+    _CHILDREN = ("gp", "Luu", "LB", "c", "R", "w", "elbo", "status", "jitter_used")
 
     def __repr__(self) -> str:
         return f"SparsePosterior(M={self.Luu.shape[-1]}, dtype={self.Luu.dtype})"

@@ -51,9 +51,9 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
-from gpchol._base.minibatch import positive_int
-from gpchol._base.validate import as_inputs, check_jitter, is_concrete
+from gpchol._base.validate import as_inputs, check_finite_rows, check_int, check_jitter, is_concrete
 from gpchol._gp.likelihoods import Likelihood
+from gpchol._gp.pytree import AttrPytree
 from gpchol._linalg import posterior_core as core
 from gpchol._linalg.blocks import trsm
 from gpchol._linalg.status import raise_if_failed
@@ -83,15 +83,7 @@ def _check_inducing(inducing: Any) -> jax.Array:
     Z = as_inputs(inducing, "inducing")
     if Z.shape[0] == 0:
         raise ValueError("inducing (the inducing inputs Z) must have at least one row.")
-    if is_concrete(Z):
-        z = np.asarray(Z)
-        bad = np.flatnonzero(~np.all(np.isfinite(z), axis=1))
-        if bad.size:
-            raise ValueError(
-                f"inducing (the inducing inputs Z) has NaN or inf in row(s) {bad[:5].tolist()}"
-                + (f" and {bad.size - 5} more" if bad.size > 5 else "")
-                + "; give finite inducing inputs."
-            )
+    check_finite_rows(Z, "inducing (the inducing inputs Z)", "give finite inducing inputs")
     return Z
 
 
@@ -109,7 +101,7 @@ def _check_variational(q_mu: Any, q_sqrt: Any, M: int, dtype: Any) -> tuple[jax.
     return q_mu, q_sqrt
 
 
-class SVGP:
+class SVGP(AttrPytree):
     r"""A sparse variational GP with ``M`` inducing inputs, trained on minibatches.
 
     A pytree: the kernel, the inducing inputs, the likelihood's parameters, the mean and
@@ -197,7 +189,7 @@ class SVGP:
         self.likelihood = _check_likelihood(likelihood)
         self.mean = mean if isinstance(mean, Mean) else as_mean(mean)
         self.q_mu, self.q_sqrt = _check_variational(q_mu, q_sqrt, Z.shape[0], Z.dtype)
-        self.num_data = positive_int(num_data, "num_data", "the number of observations")
+        self.num_data = check_int(num_data, "num_data", "the number of observations")
         if not isinstance(whiten, (bool, np.bool_)):
             raise TypeError(f"whiten must be True or False; got {whiten!r}.")
         self.whiten = bool(whiten)
@@ -205,18 +197,8 @@ class SVGP:
         self.backend = backend
         self.tile_size = tile_size
 
-    # ------------------------------------------------------------------ pytree protocol
-    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        children = (self.kernel, self.inducing, self.likelihood, self.mean, self.q_mu, self.q_sqrt)
-        aux = (self.num_data, self.whiten, self.jitter, self.backend, self.tile_size)
-        return children, aux
-
-    @classmethod
-    def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> SVGP:
-        obj = object.__new__(cls)
-        obj.kernel, obj.inducing, obj.likelihood, obj.mean, obj.q_mu, obj.q_sqrt = children
-        obj.num_data, obj.whiten, obj.jitter, obj.backend, obj.tile_size = aux
-        return obj
+    _CHILDREN = ("kernel", "inducing", "likelihood", "mean", "q_mu", "q_sqrt")
+    _AUX = ("num_data", "whiten", "jitter", "backend", "tile_size")
 
     def default_transforms(self) -> SVGP:
         """Transforms for optimisation: the kernel's, the mean's and the likelihood's own
@@ -325,9 +307,7 @@ class SVGP:
         """The evidence lower bound on a minibatch, with the status of ``K_uu``'s factor
         (usable inside ``jit``).
 
-        Args:
-            X: ``(b, d)`` minibatch inputs.
-            y: ``(b,)`` minibatch observations.
+        Arguments: as :meth:`elbo` (which adds ``check``).
 
         Returns:
             ``(elbo, status)``: the scalar bound (NaN when ``K_uu`` is not positive
@@ -471,7 +451,7 @@ class SVGPSolver:
         return self.kernel(xs, xs).astype(xs.dtype) + SA.T @ SA
 
 
-class SVGPPosterior:
+class SVGPPosterior(AttrPytree):
     r"""The variational posterior ``q(f)`` of an :class:`SVGP` (from ``model.condition()``).
 
     At test inputs ``Xs``, with ``A = L_z^-1 k(Z, Xs)`` and the whitened ``(q_mu, S)``:
@@ -514,15 +494,8 @@ class SVGPPosterior:
         self.jitter_used = jitter_used
         self.block_size = core.check_block_size(block_size)
 
-    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[int | None]]:
-        return (self.model, self.L, self.status, self.jitter_used), (self.block_size,)
-
-    @classmethod
-    def tree_unflatten(cls, aux: tuple[int | None], children: tuple[Any, ...]) -> SVGPPosterior:
-        obj = object.__new__(cls)
-        obj.model, obj.L, obj.status, obj.jitter_used = children
-        (obj.block_size,) = aux
-        return obj
+    _CHILDREN = ("model", "L", "status", "jitter_used")
+    _AUX = ("block_size",)
 
     def _args(self, Xs: ArrayLike, block_size: object) -> dict[str, Any]:
         self.model._inputs(Xs, "Xs")  # the column check names the inducing inputs

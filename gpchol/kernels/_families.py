@@ -8,8 +8,10 @@ hyperparameters, registered as pytree leaves for them.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
+import operator
 from typing import Any
 
 import jax
@@ -18,7 +20,9 @@ import jax.numpy as jnp
 from gpchol._base.validate import check_scalar_or_vector
 from gpchol.kernels._library import (
     Kernel,
+    UnitVariance,
     as_param,
+    dimsum,
     normalize_active_dims,
     parameter,
     per_dim,
@@ -34,7 +38,7 @@ def _cos_term(u: jax.Array, v: jax.Array, freq: jax.Array) -> jax.Array:
     return (u - v) * freq
 
 
-class Cosine(Kernel):
+class Cosine(UnitVariance):
     r"""Cosine kernel: a single frequency (a sinusoid with a random phase and amplitude).
 
     .. math:: k(x, x') = \cos\left(2\pi \sum_{k=1}^{d} \frac{x_k - x'_k}{p_k}\right)
@@ -64,22 +68,11 @@ class Cosine(Kernel):
     period: Any = 1.0
     active_dims: tuple[int, ...] | None = static(default=None)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "active_dims", normalize_active_dims(self.active_dims))
-
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         a = select_columns(x1, self.active_dims)
         b = select_columns(x2, self.active_dims)
         freq = (2.0 * math.pi) / per_dim(self.period, a, "period")
-        freq = jnp.broadcast_to(freq, (a.shape[1],))
-        phase = _cos_term(a[:, None, 0], b[None, :, 0], freq[0])
-        for k in range(1, a.shape[1]):
-            phase = phase + _cos_term(a[:, None, k], b[None, :, k], freq[k])
-        return jnp.cos(phase)
-
-    def _diag(self, x: jax.Array) -> jax.Array:
-        select_columns(x, self.active_dims)
-        return jnp.ones(x.shape[:1], x.dtype)
+        return jnp.cos(dimsum(_cos_term, a, b, freq))
 
 
 class SpectralMixture(Kernel):
@@ -124,7 +117,7 @@ class SpectralMixture(Kernel):
     scales: Any
     active_dims: tuple[int, ...] | None = static(default=None)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # as ActiveDimsKernel's (its fields have no defaults)
         object.__setattr__(self, "active_dims", normalize_active_dims(self.active_dims))
 
     def _params(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -254,18 +247,11 @@ class ChangePoints(Kernel):
 
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         a1, a2 = self._gates(x1), self._gates(x2)
-        out = None
-        for i, k in enumerate(self.kernels):
-            term = (a1[i][:, None] * a2[i][None, :]) * k._eval(x1, x2)
-            out = term if out is None else out + term
-        assert out is not None
-        return out
+        pairs = zip(a1, a2, self.kernels, strict=True)
+        return functools.reduce(
+            operator.add, ((u[:, None] * v[None, :]) * k._eval(x1, x2) for u, v, k in pairs)
+        )
 
     def _diag(self, x: jax.Array) -> jax.Array:
-        a = self._gates(x)
-        out = None
-        for i, k in enumerate(self.kernels):
-            term = jnp.square(a[i]) * k._diag(x)
-            out = term if out is None else out + term
-        assert out is not None
-        return out
+        pairs = zip(self._gates(x), self.kernels, strict=True)
+        return functools.reduce(operator.add, (jnp.square(a) * k._diag(x) for a, k in pairs))

@@ -61,26 +61,6 @@ from gpchol._base.pytrees import as_param, is_scalar, pytree_dataclass, static_f
 from gpchol._base.transforms import Positive, Transform
 from gpchol._base.validate import as_inputs, check_int, check_scalar_or_vector
 
-__all__ = [
-    "RBF",
-    "Constant",
-    "ExpSineSquared",
-    "ExpSquared",
-    "Kernel",
-    "Linear",
-    "Matern12",
-    "Matern32",
-    "Matern52",
-    "Periodic",
-    "Polynomial",
-    "Power",
-    "Product",
-    "RationalQuadratic",
-    "Scale",
-    "Sum",
-    "White",
-]
-
 _T = TypeVar("_T")
 _POSITIVE = Positive()
 
@@ -149,6 +129,11 @@ def per_dim(value: Any, x: jax.Array, name: str) -> jax.Array:
 _UNROLL_MAX_DIM = 64
 
 
+def _column_params(per_dim: tuple[jax.Array, ...], k: int, d: int) -> list[jax.Array]:
+    """Column ``k``'s value of each parameter of shape ``()``, ``(1,)`` or ``(d,)``."""
+    return [p[k] if p.ndim == 1 and p.shape[0] == d else p.reshape(()) for p in per_dim]
+
+
 def _dimsum_impl(fn: Any, a: jax.Array, b: jax.Array, *per_dim: jax.Array) -> jax.Array:
     """``sum_k fn(a[:, None, k], b[None, :, k], *(p[k] for p in per_dim))``, ``(n1, n2)``.
 
@@ -164,8 +149,7 @@ def _dimsum_impl(fn: Any, a: jax.Array, b: jax.Array, *per_dim: jax.Array) -> ja
         return jnp.sum(fn(a[:, None, :], b[None, :, :], *per_dim), axis=-1)
 
     def column(k: int) -> jax.Array:
-        ps = [p[k] if p.ndim == 1 and p.shape[0] == d else p.reshape(()) for p in per_dim]
-        return fn(a[:, None, k], b[None, :, k], *ps)
+        return fn(a[:, None, k], b[None, :, k], *_column_params(per_dim, k, d))
 
     out = column(0)
     for k in range(1, d):
@@ -188,8 +172,7 @@ def rowsum(fn: Any, a: jax.Array, *per_dim: jax.Array) -> jax.Array:
         return jnp.sum(fn(a, a, *per_dim), axis=-1)
     out: jax.Array | None = None
     for k in range(d):
-        ps = [p[k] if p.ndim == 1 and p.shape[0] == d else p.reshape(()) for p in per_dim]
-        term = fn(a[:, k], a[:, k], *ps)
+        term = fn(a[:, k], a[:, k], *_column_params(per_dim, k, d))
         out = term if out is None else out + term
     assert out is not None  # d >= 1
     return out
@@ -672,7 +655,7 @@ class Kernel:
         return Power(self, exponent)
 
 
-class _ActiveDimsKernel(Kernel, auto_dataclass=False):
+class ActiveDimsKernel(Kernel, auto_dataclass=False):
     """Base of the kernels that read only the input columns named by ``active_dims``.
 
     It normalises ``active_dims`` on construction (an int becomes a 1-tuple, a sequence
@@ -690,16 +673,20 @@ class _ActiveDimsKernel(Kernel, auto_dataclass=False):
 # ---------------------------------------------------------------------- stationary
 
 
-class _Stationary(_ActiveDimsKernel, auto_dataclass=False):
+class UnitVariance(ActiveDimsKernel, auto_dataclass=False):
+    """Base of the kernels with ``k(x, x) = 1``: the diagonal is ones."""
+
+    def _diag(self, x: jax.Array) -> jax.Array:
+        select_columns(x, self.active_dims)  # validates active_dims against x
+        return jnp.ones(x.shape[:1], dtype=x.dtype)
+
+
+class _Stationary(UnitVariance, auto_dataclass=False):
     """Base of the stationary kernels: a positive ``lengthscale``, unit variance."""
 
     lengthscale: Any  # a dataclass field of each subclass: scalar or shape (d,)
 
     _positive: ClassVar[tuple[str, ...]] = ("lengthscale",)
-
-    def _diag(self, x: jax.Array) -> jax.Array:
-        select_columns(x, self.active_dims)  # validates active_dims against x
-        return jnp.ones(x.shape[:1], dtype=x.dtype)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -749,11 +736,7 @@ class Matern12(_LengthscaleKernel, auto_dataclass=False):
     The sample paths are continuous but not differentiable. At ``r = 0`` the kernel has a
     cusp; the gradient there is taken as 0 (finite, never NaN).
 
-    Args:
-        lengthscale: ``l``, a positive scalar or shape ``(d,)`` (ARD). Default 1.
-        active_dims: static tuple of the input columns the kernel reads (``None``: all).
-
-    Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` of ones.
+    Args and shapes: as :class:`ExpSquared`.
 
     Example:
         >>> import jax.numpy as jnp
@@ -779,11 +762,7 @@ class Matern32(_LengthscaleKernel, auto_dataclass=False):
     Once mean-square differentiable sample paths. Gradients at ``r = 0`` are finite (and
     equal to the exact value 0).
 
-    Args:
-        lengthscale: ``l``, a positive scalar or shape ``(d,)`` (ARD). Default 1.
-        active_dims: static tuple of the input columns the kernel reads (``None``: all).
-
-    Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` of ones.
+    Args and shapes: as :class:`ExpSquared`.
 
     Example:
         >>> import jax.numpy as jnp
@@ -809,11 +788,7 @@ class Matern52(_LengthscaleKernel, auto_dataclass=False):
     Twice mean-square differentiable sample paths. First derivatives at ``r = 0`` are
     finite (and equal to the exact value 0).
 
-    Args:
-        lengthscale: ``l``, a positive scalar or shape ``(d,)`` (ARD). Default 1.
-        active_dims: static tuple of the input columns the kernel reads (``None``: all).
-
-    Shapes: ``(n1, d), (n2, d) -> (n1, n2)``; ``diag``: ``(n,)`` of ones.
+    Args and shapes: as :class:`ExpSquared`.
 
     Example:
         >>> import jax.numpy as jnp
@@ -916,7 +891,7 @@ ExpSineSquared = Periodic
 
 
 @pytree_dataclass
-class Linear(_ActiveDimsKernel, auto_dataclass=False):
+class Linear(ActiveDimsKernel, auto_dataclass=False):
     r"""Linear (dot-product) kernel: Bayesian linear regression through ``offset``.
 
     .. math:: k(x, x') = \sigma^2 \sum_{k=1}^{d} (x_k - c_k)(x'_k - c_k)
@@ -962,7 +937,7 @@ class Linear(_ActiveDimsKernel, auto_dataclass=False):
 
 
 @pytree_dataclass
-class Polynomial(_ActiveDimsKernel, auto_dataclass=False):
+class Polynomial(ActiveDimsKernel, auto_dataclass=False):
     r"""Polynomial kernel of integer degree.
 
     .. math:: k(x, x') = \left(\sigma^2\, x^\top x' + c\right)^{q}
@@ -1046,7 +1021,7 @@ class Constant(Kernel, auto_dataclass=False):
 
 
 @pytree_dataclass
-class White(_ActiveDimsKernel, auto_dataclass=False):
+class White(ActiveDimsKernel, auto_dataclass=False):
     r"""White-noise kernel: ``k(x, x') = sigma^2`` if ``x == x'`` else 0.
 
     Points are "identical" when their rows are exactly equal (in every active
@@ -1111,8 +1086,41 @@ class White(_ActiveDimsKernel, auto_dataclass=False):
 # -------------------------------------------------------------------- combinations
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Pair(Kernel, auto_dataclass=False):
+    """Two kernels combined entry by entry by ``_op`` (:class:`Sum`, :class:`Product`)."""
+
+    kernel1: Kernel
+    kernel2: Kernel
+
+    @staticmethod
+    def _op(a: Any, b: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
+        return self._op(self.kernel1._eval(x1, x2), self.kernel2._eval(x1, x2))
+
+    def _diag(self, x: jax.Array) -> jax.Array:
+        return self._op(self.kernel1._diag(x), self.kernel2._diag(x))
+
+
+class _OfOne(Kernel, auto_dataclass=False):
+    """A function ``_apply`` of one kernel's entries (:class:`Scale`, :class:`Power`)."""
+
+    kernel: Kernel  # a dataclass field of each subclass
+
+    def _apply(self, k: jax.Array) -> jax.Array:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
+        return self._apply(self.kernel._eval(x1, x2))
+
+    def _diag(self, x: jax.Array) -> jax.Array:
+        return self._apply(self.kernel._diag(x))
+
+
 @pytree_dataclass
-class Sum(Kernel, auto_dataclass=False):
+class Sum(_Pair, auto_dataclass=False):
     r"""Sum of two kernels: ``k(x, x') = k1(x, x') + k2(x, x')`` (what ``k1 + k2`` builds).
 
     Args:
@@ -1128,18 +1136,13 @@ class Sum(Kernel, auto_dataclass=False):
         Sum [[2.]]
     """
 
-    kernel1: Kernel
-    kernel2: Kernel
-
-    def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
-        return self.kernel1._eval(x1, x2) + self.kernel2._eval(x1, x2)
-
-    def _diag(self, x: jax.Array) -> jax.Array:
-        return self.kernel1._diag(x) + self.kernel2._diag(x)
+    @staticmethod
+    def _op(a: Any, b: Any) -> Any:
+        return a + b
 
 
 @pytree_dataclass
-class Product(Kernel, auto_dataclass=False):
+class Product(_Pair, auto_dataclass=False):
     r"""Elementwise product of two kernels: ``k(x, x') = k1(x, x') k2(x, x')`` (``k1 * k2``).
 
     Args:
@@ -1155,18 +1158,13 @@ class Product(Kernel, auto_dataclass=False):
         [[0.995]]
     """
 
-    kernel1: Kernel
-    kernel2: Kernel
-
-    def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
-        return self.kernel1._eval(x1, x2) * self.kernel2._eval(x1, x2)
-
-    def _diag(self, x: jax.Array) -> jax.Array:
-        return self.kernel1._diag(x) * self.kernel2._diag(x)
+    @staticmethod
+    def _op(a: Any, b: Any) -> Any:
+        return a * b
 
 
 @pytree_dataclass
-class Scale(Kernel, auto_dataclass=False):
+class Scale(_OfOne, auto_dataclass=False):
     r"""A kernel scaled by a learnable amplitude: ``k(x, x') = a k0(x, x')``.
 
     ``2.0 * k0`` and ``k0 * 2.0`` build ``Scale(2.0, k0)``. The amplitude multiplies the
@@ -1191,17 +1189,12 @@ class Scale(Kernel, auto_dataclass=False):
 
     _positive: ClassVar[tuple[str, ...]] = ("amplitude",)
 
-    def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
-        k = self.kernel._eval(x1, x2)
-        return as_param(self.amplitude, k.dtype) * k
-
-    def _diag(self, x: jax.Array) -> jax.Array:
-        k = self.kernel._diag(x)
+    def _apply(self, k: jax.Array) -> jax.Array:
         return as_param(self.amplitude, k.dtype) * k
 
 
 @pytree_dataclass
-class Power(Kernel, auto_dataclass=False):
+class Power(_OfOne, auto_dataclass=False):
     r"""A kernel raised to a fixed power, entry by entry: ``k(x, x') = k0(x, x')^p``
     (what ``k0 ** p`` builds).
 
@@ -1251,8 +1244,5 @@ class Power(Kernel, auto_dataclass=False):
         p = int(value) if value.is_integer() else value
         object.__setattr__(self, "exponent", p)
 
-    def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
-        return self.kernel._eval(x1, x2) ** self.exponent
-
-    def _diag(self, x: jax.Array) -> jax.Array:
-        return self.kernel._diag(x) ** self.exponent
+    def _apply(self, k: jax.Array) -> jax.Array:
+        return k**self.exponent
