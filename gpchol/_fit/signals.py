@@ -14,10 +14,10 @@ previous handlers are restored when the fit ends, however it ends. Signals set t
 ignored (``SIG_IGN``) stay ignored; outside the main thread nothing is installed.
 
 Example:
-    >>> import os, signal
+    >>> import signal
     >>> from gpchol._fit.signals import FitInterrupted, SignalGuard
     >>> with SignalGuard() as guard:
-    ...     os.kill(os.getpid(), signal.SIGINT)  # recorded, not raised
+    ...     signal.raise_signal(signal.SIGINT)  # recorded, not raised
     ...     try:
     ...         guard.deliver("fit", "between two steps")
     ...     except FitInterrupted as e:
