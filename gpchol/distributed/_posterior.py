@@ -75,9 +75,10 @@ class ShardedPosterior(core.Predictions):
         log_marginal_likelihood: scalar ``log p(y)`` (NaN on a failed factorization).
         status: int32 Cholesky status (0, else the 1-based first failing pivot).
         jitter_used: the jitter added to the diagonal.
-        params, X, noise, prior_mean: the arguments of :func:`condition` it was
-            conditioned with (kernel parameters, training inputs, scalar or per-point
-            noise variance, prior mean).
+        params: the kernel parameters the posterior was conditioned with.
+        X: the training inputs it was conditioned on.
+        noise: the noise variance (scalar or per point) it was conditioned with.
+        prior_mean: the prior mean it was conditioned with.
 
     Example:
         >>> import jax, jax.numpy as jnp
