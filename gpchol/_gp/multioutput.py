@@ -56,7 +56,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any, ClassVar
 
@@ -80,6 +80,7 @@ from gpchol._gp.pytree import AttrPytree
 from gpchol._linalg import posterior_core as core
 from gpchol._linalg.backends import resolve_backend, tile_for
 from gpchol._linalg.blocks import default_tile_size, trsm
+from gpchol._linalg.cholesky import first_factoring
 from gpchol._linalg.gaussian import (
     LOG_2PI,
     DenseCovariance,
@@ -209,16 +210,6 @@ def _sum(terms: Iterable[jax.Array]) -> jax.Array:
 def _observed_jitter(K: jax.Array, obs: jax.Array, j: float) -> jax.Array:
     """``K`` plus ``j`` on the observed entries' diagonal (the identity rows stay 1)."""
     return K + jnp.diag(jnp.where(obs, jnp.asarray(j, K.dtype), 0.0)) if j else K
-
-
-def _first_success(
-    attempt: Callable[[float], tuple[jax.Array, ...]], schedule: tuple[float, ...]
-) -> tuple[jax.Array, ...]:
-    """``attempt(j)`` for the jitters in order until its last output (status) is 0."""
-    out = attempt(schedule[0])
-    for j in schedule[1:]:
-        out = lax.cond(jnp.any(out[-1] != 0), lambda j=j: attempt(j), lambda out=out: out)
-    return out
 
 
 # -------------------------------------------------------------- the Kronecker shortcut
@@ -549,7 +540,7 @@ class MultiOutputGP(AttrPytree):
         if self.uses_kronecker:
             B, Kx, be, nb = self._kron_inputs(dtype)
             noise = self.noise.astype(dtype)
-            out = _first_success(lambda j: _kron_loglik(B, Kx, noise + j, R, be, nb), schedule)
+            out = first_factoring(lambda j: _kron_loglik(B, Kx, noise + j, R, be, nb), schedule, -1)
             return out[0], out[1]
         K, obs, r, be, nb = self._dense_inputs(R)
         rule = GaussianRule(be, nb, None)
@@ -557,7 +548,7 @@ class MultiOutputGP(AttrPytree):
         def attempt(j: float) -> tuple[jax.Array, jax.Array]:
             return gaussian_loglik(DenseCovariance(_observed_jitter(K, obs, j)), r, rule)
 
-        value, status = _first_success(attempt, schedule)
+        value, status = first_factoring(attempt, schedule, -1)
         return value + self._unobserved_constant(obs, dtype), status
 
     def _replicated(self, mesh: Any) -> MultiOutputGP:
@@ -642,7 +633,7 @@ class MultiOutputGP(AttrPytree):
             def kron(j: float) -> tuple[jax.Array, ...]:
                 return _kron_value(B, Kx, self.noise.astype(dtype) + j, R, be, nb)
 
-            value, A, P, _, L, status = _first_success(kron, schedule)
+            value, A, P, _, L, status = first_factoring(kron, schedule, -1)
             return MultiOutputPosterior(self, A, value, status, L, P=P)
         K, obs, r, be, nb = self._dense_inputs(R)
 
@@ -651,7 +642,7 @@ class MultiOutputGP(AttrPytree):
             value, alpha = gaussian_value(r, L.astype(dtype))
             return value, alpha, L, status
 
-        value, alpha, L, status = _first_success(dense, schedule)
+        value, alpha, L, status = first_factoring(dense, schedule, -1)
         value = jnp.where(status == 0, value, jnp.nan) + self._unobserved_constant(obs, dtype)
         return MultiOutputPosterior(self, alpha.reshape(self.p, self.n).T, value, status, L)
 
