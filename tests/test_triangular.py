@@ -149,6 +149,35 @@ def test_cholesky_gradients(rng, batch):
     np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("batch", [(), (3,)], ids=str)
+def test_primitives_evaluate_under_disable_jit(rng, batch):
+    """Under jax.disable_jit the eager rule cannot call a compiled program (it would bind
+    the primitive again, endlessly): both evaluate through JAX's own operations, as do
+    the GP likelihood and its gradient that call them."""
+    a = random_spd(rng, 7, batch)
+    b = rng.standard_normal(batch + (7, 2))
+    with jax.disable_jit():
+        L = triangular.cholesky(a)
+        x = triangular.triangular_solve(L, b, left_side=True, lower=True)
+    np.testing.assert_allclose(L, np.linalg.cholesky(a), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(x, _solve_ref(np.asarray(L), b, True, True, False), rtol=1e-10)
+
+    import gpchol
+    from gpchol import kernels
+
+    X, y = rng.standard_normal((12, 2)), rng.standard_normal(12)
+
+    def lml(ls):
+        gp = gpchol.GaussianProcess(kernels.ExpSquared(ls), X, noise=0.3)
+        return gp.log_marginal_likelihood(y)
+
+    with jax.enable_x64(True):
+        want = jax.value_and_grad(lml)(1.3)
+        with jax.disable_jit():
+            got = jax.value_and_grad(lml)(1.3)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
 _CONCURRENT = textwrap.dedent(
     """
     import jax, jax.numpy as jnp, numpy as np

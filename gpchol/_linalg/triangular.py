@@ -133,20 +133,36 @@ def _host(dtype: Any) -> bool:
 
 
 @cache
-def _eager(prim: Primitive, **params: Any) -> Any:
+def _compiled(prim: Primitive, **params: Any) -> Any:
     return jax.jit(partial(prim.bind, **params))
+
+
+def _eager(prim: Primitive, fallback: Any) -> Any:
+    """The eager rule of ``prim``: one compiled call of it, or, under
+    :func:`jax.disable_jit` (where that call would bind ``prim`` again, endlessly),
+    ``fallback``, JAX's own operations (one at a time there, so they cannot fill XLA's
+    thread pool)."""
+
+    def impl(*args: jax.Array, **params: Any) -> jax.Array:
+        if jax.config.jax_disable_jit:
+            return fallback(*args, **params)
+        return _compiled(prim, **params)(*args)
+
+    return impl
 
 
 # ---- the triangular solve --------------------------------------------------------------
 
 _trsm_p = Primitive("gpchol_triangular_solve")
-_trsm_p.def_impl(lambda a, b, **p: _eager(_trsm_p, **p)(a, b))
 _trsm_p.def_abstract_eval(lambda a, b, **p: b)
 
 
 def _trsm_jax(a: jax.Array, b: jax.Array, **p: Any) -> jax.Array:
     a = jnp.broadcast_to(a, b.shape[:-2] + a.shape[-2:])
     return lax.linalg.triangular_solve(a, b, **p)
+
+
+_trsm_p.def_impl(_eager(_trsm_p, _trsm_jax))
 
 
 def _trsm_lowering(ctx: Any, a: Any, b: Any, **p: Any) -> Any:
@@ -227,12 +243,14 @@ ad.primitive_transposes[_trsm_p] = _trsm_transpose
 # ---- the Cholesky factor ---------------------------------------------------------------
 
 _potrf_p = Primitive("gpchol_cholesky")
-_potrf_p.def_impl(lambda a: _eager(_potrf_p)(a))
 _potrf_p.def_abstract_eval(lambda a: a)
 
 
 def _potrf_jax(a: jax.Array) -> jax.Array:
     return lax.linalg.cholesky(a, symmetrize_input=False)
+
+
+_potrf_p.def_impl(_eager(_potrf_p, _potrf_jax))
 
 
 def _potrf_host(a: jax.Array) -> jax.Array:
