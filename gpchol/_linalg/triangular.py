@@ -144,7 +144,7 @@ def _eager(prim: Primitive, fallback: Any) -> Any:
     thread pool)."""
 
     def impl(*args: jax.Array, **params: Any) -> jax.Array:
-        if jax.config.jax_disable_jit:
+        if jax.config.jax_disable_jit:  # type: ignore[attr-defined]
             return fallback(*args, **params)
         return _compiled(prim, **params)(*args)
 
