@@ -1,4 +1,5 @@
-"""Frozen dataclasses registered as JAX pytrees, shared by kernels and means.
+"""Pytrees of the package: frozen dataclasses (kernels and means) and classes over named
+attributes (the model and posterior classes, :class:`AttrPytree`).
 
 Example:
     >>> import jax
@@ -14,12 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any, TypeVar, dataclass_transform
+from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
 
 import jax
 import numpy as np
 
-__all__ = ["as_param", "is_scalar", "pytree_dataclass", "static_field"]
+__all__ = ["AttrPytree", "as_param", "is_scalar", "pytree_dataclass", "static_field"]
 
 _T = TypeVar("_T")
 
@@ -52,3 +53,25 @@ def is_scalar(value: Any) -> bool:
     if isinstance(value, numbers.Real):
         return True
     return isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.ndim(value) == 0
+
+
+class AttrPytree:
+    """``tree_flatten`` / ``tree_unflatten`` over the attributes that ``_CHILDREN`` (the
+    leaves) and ``_AUX`` (static; ``None`` when empty) name, in that order. A subclass is
+    registered with ``jax.tree_util.register_pytree_node_class``; unflattening sets the
+    attributes without calling ``__init__``."""
+
+    _CHILDREN: ClassVar[tuple[str, ...]] = ()
+    _AUX: ClassVar[tuple[str, ...]] = ()
+
+    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...] | None]:
+        aux = tuple(getattr(self, f) for f in self._AUX) if self._AUX else None
+        return tuple(getattr(self, f) for f in self._CHILDREN), aux
+
+    @classmethod
+    def tree_unflatten(cls, aux: Any, children: Any) -> Self:
+        obj = object.__new__(cls)
+        for names, values in ((cls._CHILDREN, children), (cls._AUX, aux or ())):
+            for f, v in zip(names, values, strict=True):
+                setattr(obj, f, v)
+        return obj

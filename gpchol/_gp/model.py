@@ -50,6 +50,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
+from gpchol._base.pytrees import AttrPytree
 from gpchol._base.validate import (
     as_inputs,
     check_finite_rows,
@@ -61,7 +62,6 @@ from gpchol._base.validate import (
 )
 from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
 from gpchol._gp.posterior import Posterior, model_part
-from gpchol._gp.pytree import AttrPytree
 from gpchol._linalg.backends import resolve_backend, tile_for
 from gpchol._linalg.blocks import trsm
 from gpchol._linalg.cholesky import linear_chol_tangent
@@ -72,6 +72,7 @@ from gpchol._linalg.gaussian import (
     gaussian_factor,
     gaussian_loglik,
     is_symbolic_zero,
+    padded_rows_as_identity,
 )
 from gpchol._linalg.status import raise_if_failed
 from gpchol._routing import cholesky_with_status
@@ -137,16 +138,6 @@ def _gp_tile(
     mr = jax.lax.dynamic_slice_in_dim(gp.mask, r0, rows)
     mc = gp.mask if cols == n else jax.lax.dynamic_slice_in_dim(gp.mask, c0, cols)
     return padded_rows_as_identity(Kb, mr, mc, on)
-
-
-def padded_rows_as_identity(
-    K: jax.Array, mask_rows: jax.Array, mask_cols: jax.Array, on_diagonal: jax.Array
-) -> jax.Array:
-    """A block of the covariance with padded points (mask False) as identity rows and
-    columns: the covariance is then block diagonal (the real points' block, and ``I``), so
-    a padded point adds a zero residual and a zero log-determinant, and no tangent."""
-    real = mask_rows[:, None] & mask_cols[None, :]
-    return jnp.where(real, K, on_diagonal.astype(K.dtype))
 
 
 # Up to this n the contraction <W, dK> takes the whole tangent at once (see contract);

@@ -67,6 +67,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 from jax.typing import ArrayLike
 
+from gpchol._base.pytrees import AttrPytree
 from gpchol._base.transforms import Positive
 from gpchol._base.validate import (
     as_inputs,
@@ -75,8 +76,6 @@ from gpchol._base.validate import (
     input_mesh,
     is_concrete,
 )
-from gpchol._gp.model import padded_rows_as_identity
-from gpchol._gp.pytree import AttrPytree
 from gpchol._linalg import posterior_core as core
 from gpchol._linalg.backends import resolve_backend, tile_for
 from gpchol._linalg.blocks import default_tile_size, trsm
@@ -87,6 +86,7 @@ from gpchol._linalg.gaussian import (
     GaussianRule,
     gaussian_loglik,
     gaussian_value,
+    padded_rows_as_identity,
 )
 from gpchol._linalg.inverse import inverse_from_factor
 from gpchol._routing import cholesky_with_status

@@ -49,9 +49,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from gpchol._base.pytrees import AttrPytree
 from gpchol._base.validate import is_concrete
 from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
-from gpchol._gp.pytree import AttrPytree
 from gpchol._linalg import posterior_core as core
 from gpchol._linalg.blocks import trsm
 from gpchol.kernels import Kernel, Sum

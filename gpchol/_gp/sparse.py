@@ -54,6 +54,7 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
+from gpchol._base.pytrees import AttrPytree
 from gpchol._base.validate import (
     as_inputs,
     check_finite_rows,
@@ -63,7 +64,6 @@ from gpchol._base.validate import (
     is_concrete,
 )
 from gpchol._gp.posterior import KernelPrior, model_part
-from gpchol._gp.pytree import AttrPytree
 from gpchol._linalg import posterior_core as core
 from gpchol._linalg.blocks import trsm
 from gpchol._linalg.gaussian import LOG_2PI

@@ -51,9 +51,9 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
+from gpchol._base.pytrees import AttrPytree
 from gpchol._base.validate import as_inputs, check_finite_rows, check_int, check_jitter, is_concrete
 from gpchol._gp.likelihoods import Likelihood
-from gpchol._gp.pytree import AttrPytree
 from gpchol._linalg import posterior_core as core
 from gpchol._linalg.blocks import trsm
 from gpchol._linalg.status import raise_if_failed

@@ -62,9 +62,20 @@ __all__ = [
     "gaussian_loglik",
     "gaussian_value",
     "is_symbolic_zero",
+    "padded_rows_as_identity",
 ]
 
 LOG_2PI = math.log(2.0 * math.pi)
+
+
+def padded_rows_as_identity(
+    K: jax.Array, mask_rows: jax.Array, mask_cols: jax.Array, on_diagonal: jax.Array
+) -> jax.Array:
+    """A block of the covariance with padded points (mask False) as identity rows and
+    columns: the covariance is then block diagonal (the real points' block, and ``I``), so
+    a padded point adds a zero residual and a zero log-determinant, and no tangent."""
+    real = mask_rows[:, None] & mask_cols[None, :]
+    return jnp.where(real, K, on_diagonal.astype(K.dtype))
 
 
 def gaussian_value(r: jax.Array, L: jax.Array) -> tuple[jax.Array, jax.Array]:
