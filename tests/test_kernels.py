@@ -439,6 +439,62 @@ def test_active_dims_is_static_aux_data():
     assert jax.jit(lambda k: k(X, X))(a).shape == (3, 3)
 
 
+def _default_instances() -> dict[str, object]:
+    """An instance of each built-in kernel and mean class constructible without
+    arguments."""
+    import gpchol.means
+
+    out: dict[str, object] = {}
+    for module in (gpchol.kernels, gpchol.means):
+        for name in module.__all__:
+            cls = getattr(module, name)
+            if inspect.isclass(cls) and dataclasses.is_dataclass(cls):
+                try:
+                    out[f"{module.__name__}.{name}"] = cls()
+                except TypeError:
+                    continue
+    return out
+
+
+def test_structures_of_different_classes_never_compare_equal():
+    """Programs are cached by pytree structure (jit's signatures, traced jaxprs). Kernels
+    of one field layout (Matern32, Matern52, ExpSquared: one lengthscale) must have
+    structures that compare unequal, or a cache hit hands one kernel's program to the
+    other: jaxlib 0.10.2's register_dataclass nodes compare equal across classes, which
+    gave a wrong log marginal likelihood now and then (gpchol/_base/pytrees.py)."""
+    import gpchol
+
+    instances = _default_instances()
+    assert len(instances) >= 15, sorted(instances)
+    structures = {n: jax.tree_util.tree_structure(k) for n, k in instances.items()}
+    names = sorted(structures)
+    for a, b in itertools.combinations(names, 2):
+        if type(instances[a]) is not type(instances[b]):
+            assert structures[a] != structures[b], (a, b)
+    # the same through a model that holds them
+    X = np.zeros((4, 1))
+    same_layout = [kern.ExpSquared(), kern.Matern12(), kern.Matern32(), kern.Matern52()]
+    gps = [
+        jax.tree_util.tree_structure(gpchol.GaussianProcess(k, X, noise=0.1)) for k in same_layout
+    ]
+    for i, j in itertools.combinations(range(len(gps)), 2):
+        assert gps[i] != gps[j], (same_layout[i], same_layout[j])
+
+
+def test_kernels_of_one_layout_each_get_their_own_program(x64, rng):
+    """One jitted function called with each kernel of one field layout, twice over: each
+    call gives that kernel's own covariance (against the class's NumPy reference)."""
+    X = rng.normal(size=(7, 2))
+    f = jax.jit(lambda k, x: k(x))
+    ks = [kern.ExpSquared(0.7), kern.Matern12(0.7), kern.Matern32(0.7), kern.Matern52(0.7)]
+    first = [np.asarray(f(k, X)) for k in ks]
+    for k, K in zip(ks, first, strict=True):
+        np.testing.assert_allclose(np.asarray(f(k, X)), K, rtol=0, atol=0)
+        np.testing.assert_allclose(K, np.asarray(k(X)), rtol=1e-13, atol=1e-13)
+    for a, b in itertools.combinations(range(len(ks)), 2):
+        assert not np.allclose(first[a], first[b])
+
+
 # -------------------------------------------------------------------------- algebra
 
 

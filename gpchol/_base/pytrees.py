@@ -15,12 +15,20 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+from collections.abc import Sequence
 from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
 
 import jax
 import numpy as np
 
-__all__ = ["AttrPytree", "as_param", "is_scalar", "pytree_dataclass", "static_field"]
+__all__ = [
+    "AttrPytree",
+    "as_param",
+    "is_scalar",
+    "pytree_dataclass",
+    "register_fields",
+    "static_field",
+]
 
 _T = TypeVar("_T")
 
@@ -30,15 +38,72 @@ def static_field(default: Any = None) -> Any:
     return dataclasses.field(default=default, metadata={"static": True})
 
 
+def register_fields(
+    cls: type[_T],
+    data_fields: Sequence[str] | None = None,
+    meta_fields: Sequence[str] | None = None,
+) -> type[_T]:
+    """Registers ``cls`` as a pytree over its named fields: the children are
+    ``data_fields`` (keyed ``.name``), the auxiliary data ``meta_fields``; unflattening sets
+    the fields without calling ``__init__``. Without lists, a dataclass's fields are split
+    by :func:`static_field`.
+
+    What ``jax.tree_util.register_dataclass`` does, with one difference that matters: the
+    structure of a registered class compares equal only to the structure of the same class.
+    jaxlib 0.10.2's dataclass nodes compare equal across classes with the same field layout
+    (``Matern32()`` and ``Matern52()`` have "equal" structures, of different hashes), so a
+    cache keyed by structure (a jitted function's, a traced jaxpr's) could hand one
+    kernel's program to the other whenever a lookup met the other's entry: wrong values,
+    now and then, as the memory layout of the process decided. A custom node's equality
+    includes its type.
+
+    Example:
+        >>> import dataclasses
+        >>> import jax
+        >>> @dataclasses.dataclass(frozen=True)
+        ... class A:
+        ...     x: float
+        >>> @dataclasses.dataclass(frozen=True)
+        ... class B:
+        ...     x: float
+        >>> A, B = register_fields(A), register_fields(B)
+        >>> jax.tree_util.tree_structure(A(1.0)) == jax.tree_util.tree_structure(B(1.0))
+        False
+    """
+    if data_fields is None or meta_fields is None:
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        meta = tuple(f.name for f in fields if f.metadata.get("static", False))
+        data = tuple(f.name for f in fields if not f.metadata.get("static", False))
+    else:
+        data, meta = tuple(data_fields), tuple(meta_fields)
+    keys = tuple(jax.tree_util.GetAttrKey(name) for name in data)
+
+    def flatten_with_keys(obj: Any) -> tuple[list[tuple[Any, Any]], tuple[Any, ...]]:
+        return [(k, getattr(obj, n)) for k, n in zip(keys, data, strict=True)], tuple(
+            getattr(obj, n) for n in meta
+        )
+
+    def flatten(obj: Any) -> tuple[list[Any], tuple[Any, ...]]:
+        return [getattr(obj, n) for n in data], tuple(getattr(obj, n) for n in meta)
+
+    def unflatten(aux: tuple[Any, ...], children: Any) -> Any:
+        obj = object.__new__(cls)
+        for names, values in ((data, children), (meta, aux)):
+            for n, v in zip(names, values, strict=True):
+                object.__setattr__(obj, n, v)
+        return obj
+
+    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+    return cls
+
+
 @dataclass_transform(eq_default=False, frozen_default=True, field_specifiers=(dataclasses.field,))
 def pytree_dataclass(cls: type[_T]) -> type[_T]:
     """Makes ``cls`` a frozen dataclass registered as a pytree (fields marked by
-    :func:`static_field` are auxiliary data, the others are children)."""
+    :func:`static_field` are auxiliary data, the others are children;
+    :func:`register_fields`)."""
     dc: Any = dataclasses.dataclass(frozen=True, eq=False)(cls)
-    fields = dataclasses.fields(dc)
-    meta = [f.name for f in fields if f.metadata.get("static", False)]
-    data = [f.name for f in fields if not f.metadata.get("static", False)]
-    return jax.tree_util.register_dataclass(dc, data_fields=data, meta_fields=meta)
+    return register_fields(dc)
 
 
 def as_param(value: Any, dtype: Any) -> jax.Array:

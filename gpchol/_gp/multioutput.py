@@ -67,7 +67,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 from jax.typing import ArrayLike
 
-from gpchol._base.pytrees import AttrPytree
+from gpchol._base.pytrees import AttrPytree, register_fields
 from gpchol._base.transforms import Positive
 from gpchol._base.validate import (
     as_inputs,
@@ -792,7 +792,7 @@ class MultiOutputPosterior(AttrPytree):
 jax.tree_util.register_pytree_node_class(MultiOutputPosterior)
 
 
-@jax.tree_util.register_dataclass
+@register_fields
 @dataclasses.dataclass(frozen=True)
 class MultiOutputSolver:
     """A conditioned :class:`MultiOutputGP` for the posterior core (``p`` outputs per

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from gpchol._base.pytrees import AttrPytree
+from gpchol._base.pytrees import AttrPytree, register_fields
 from gpchol._base.validate import is_concrete
 from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
 from gpchol._linalg import posterior_core as core
@@ -168,7 +168,7 @@ class KernelPrior:
         return self._kernel(part)(xs, xs)
 
 
-@jax.tree_util.register_dataclass
+@register_fields
 @dataclasses.dataclass(frozen=True)
 class DenseSolver(KernelPrior):
     """The one-device exact GP for the posterior core: the dense factor ``L`` (n, n) of

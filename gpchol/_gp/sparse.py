@@ -54,7 +54,7 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
-from gpchol._base.pytrees import AttrPytree
+from gpchol._base.pytrees import AttrPytree, register_fields
 from gpchol._base.validate import (
     as_inputs,
     check_finite_rows,
@@ -599,7 +599,7 @@ _bound_jit = jax.jit(SparseGP._bound_of, inline=True)
 # ----------------------------------------------------------------------------------------
 
 
-@jax.tree_util.register_dataclass
+@register_fields
 @dataclasses.dataclass(frozen=True)
 class SparseSolver(KernelPrior):
     r"""SGPR's predictive for the posterior core (:mod:`gpchol._linalg.posterior_core`).

@@ -51,7 +51,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
-from gpchol._base.pytrees import AttrPytree
+from gpchol._base.pytrees import AttrPytree, register_fields
 from gpchol._base.validate import as_inputs, check_finite_rows, check_int, check_jitter, is_concrete
 from gpchol._gp.likelihoods import Likelihood
 from gpchol._linalg import posterior_core as core
@@ -401,7 +401,7 @@ _elbo_jit = jax.jit(SVGP._elbo)
 _factor_jit = jax.jit(SVGP.factor)
 
 
-@jax.tree_util.register_dataclass
+@register_fields
 @dataclasses.dataclass(frozen=True)
 class SVGPSolver:
     r"""``q(f)`` of an :class:`SVGP` for the posterior core

@@ -37,6 +37,7 @@ from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
 from gpchol._base.errors import NotPositiveDefiniteError
+from gpchol._base.pytrees import register_fields
 from gpchol._base.validate import as_inputs, is_concrete
 from gpchol._linalg import posterior_core as core
 from gpchol.distributed import _api, _local
@@ -178,7 +179,7 @@ class ShardedPosterior(core.Predictions):
 
 
 @functools.partial(
-    jax.tree_util.register_dataclass,
+    register_fields,
     data_fields=["params", "X", "L", "alpha", "mean"],
     meta_fields=["setup", "static_mean"],
 )
