@@ -38,15 +38,25 @@ def static_field(default: Any = None) -> Any:
     return dataclasses.field(default=default, metadata={"static": True})
 
 
+def _new(cls: type[_T], *named: tuple[Sequence[str], Sequence[Any]]) -> _T:
+    """An instance of ``cls`` with the named attributes set, ``__init__`` not called (the
+    unflattening of :func:`register_fields` and :class:`AttrPytree`)."""
+    obj = object.__new__(cls)
+    for names, values in named:
+        for n, v in zip(names, values, strict=True):
+            object.__setattr__(obj, n, v)
+    return obj
+
+
 def register_fields(
     cls: type[_T],
     data_fields: Sequence[str] | None = None,
     meta_fields: Sequence[str] | None = None,
 ) -> type[_T]:
     """Registers ``cls`` as a pytree over its named fields: the children are
-    ``data_fields`` (keyed ``.name``), the auxiliary data ``meta_fields``; unflattening sets
-    the fields without calling ``__init__``. Without lists, a dataclass's fields are split
-    by :func:`static_field`.
+    ``data_fields`` (keyed ``.name``), the auxiliary data ``meta_fields`` (none when not
+    given); unflattening sets the fields without calling ``__init__``. Without
+    ``data_fields``, a dataclass's fields are split by :func:`static_field`.
 
     What ``jax.tree_util.register_dataclass`` does, with one difference that matters: the
     structure of a registered class compares equal only to the structure of the same class.
@@ -70,12 +80,12 @@ def register_fields(
         >>> jax.tree_util.tree_structure(A(1.0)) == jax.tree_util.tree_structure(B(1.0))
         False
     """
-    if data_fields is None or meta_fields is None:
+    if data_fields is None:
         fields = dataclasses.fields(cls)  # type: ignore[arg-type]
         meta = tuple(f.name for f in fields if f.metadata.get("static", False))
         data = tuple(f.name for f in fields if not f.metadata.get("static", False))
     else:
-        data, meta = tuple(data_fields), tuple(meta_fields)
+        data, meta = tuple(data_fields), tuple(meta_fields or ())
     keys = tuple(jax.tree_util.GetAttrKey(name) for name in data)
 
     def flatten_with_keys(obj: Any) -> tuple[list[tuple[Any, Any]], tuple[Any, ...]]:
@@ -87,11 +97,7 @@ def register_fields(
         return [getattr(obj, n) for n in data], tuple(getattr(obj, n) for n in meta)
 
     def unflatten(aux: tuple[Any, ...], children: Any) -> Any:
-        obj = object.__new__(cls)
-        for names, values in ((data, children), (meta, aux)):
-            for n, v in zip(names, values, strict=True):
-                object.__setattr__(obj, n, v)
-        return obj
+        return _new(cls, (data, children), (meta, aux))
 
     jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
     return cls
@@ -135,8 +141,4 @@ class AttrPytree:
 
     @classmethod
     def tree_unflatten(cls, aux: Any, children: Any) -> Self:
-        obj = object.__new__(cls)
-        for names, values in ((cls._CHILDREN, children), (cls._AUX, aux or ())):
-            for f, v in zip(names, values, strict=True):
-                setattr(obj, f, v)
-        return obj
+        return _new(cls, (cls._CHILDREN, children), (cls._AUX, aux or ()))
