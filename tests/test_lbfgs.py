@@ -281,6 +281,7 @@ def test_host_driven_step_takes_the_compiled_steps(loss: Any, u0: list, steps: i
         u, s, fu, oku = compiled(u, s)
         v, t, fv, okv = host(v, t, None)
         assert isinstance(t.s, np.ndarray)  # the host search's state is NumPy's
+        assert [np.asarray(b).dtype for b in t] == [np.asarray(a).dtype for a in s]
         np.testing.assert_allclose(np.asarray(v), np.asarray(u), rtol=1e-10, atol=1e-300)
         # near the minimum (Rosenbrock's is 0) the loss is compared on the start's scale
         scale = max(1.0, abs(float(loss(jnp.asarray(u0)))))
@@ -290,6 +291,26 @@ def test_host_driven_step_takes_the_compiled_steps(loss: Any, u0: list, steps: i
         for a, b in ((s.x, t.x), (s.value, t.value), (s.grad, t.grad)):
             np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-9, atol=1e-12)
         v, t = u, jax.tree_util.tree_map(np.asarray, s)
+
+
+def test_host_driven_search_keeps_float32():
+    # the host's selections hand back either operand as it is (Python scalars included):
+    # the state and the parameters stay in the parameters' dtype
+    opt = LBFGS()
+
+    def loss(u: jax.Array) -> jax.Array:
+        return jnp.sum((u - jnp.asarray([1.0, -2.0], u.dtype)) ** 2 * jnp.arange(1, 3))
+
+    step = opt.host_step(jax.jit(lambda x, data: jax.value_and_grad(loss)(x)))
+    u = jnp.zeros(2, jnp.float32)
+    s = opt.init(u)
+    for _ in range(6):
+        u, s, f, ok = step(u, s, None)
+        assert np.asarray(f).dtype == np.float32
+        assert np.asarray(u).dtype == np.float32 and bool(ok)
+        assert s.x.dtype == s.grad.dtype == s.s.dtype == s.rho.dtype == np.float32
+        assert s.value.dtype == np.float32 and s.n_pairs.dtype == np.int32
+    np.testing.assert_allclose(np.asarray(u), [1.0, -2.0], rtol=1e-6)
 
 
 def test_host_driven_search_compiles_only_the_loss():

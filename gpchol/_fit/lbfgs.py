@@ -124,6 +124,14 @@ class _JaxOps:
     def set_row(a: Any, i: Any, v: Any) -> Any:
         return a.at[i].set(v)
 
+    @staticmethod
+    def where(pred: Any, yes: Any, no: Any) -> Any:
+        return jnp.where(pred, yes, no)
+
+    @staticmethod
+    def all_finite(a: Any) -> Any:
+        return jnp.all(jnp.isfinite(a))
+
 
 class _NumpyOps:
     """The same operations on host NumPy arrays: the search driven from Python runs its
@@ -140,6 +148,8 @@ class _NumpyOps:
         # ``xs``: an array or a tuple of arrays, ``f``'s outputs ``None`` or one array (the
         # search's uses; no pytree machinery, a step runs this a few hundred times)
         items = list(zip(*xs, strict=True)) if isinstance(xs, tuple) else list(xs)
+        if not items:
+            return init, np.zeros(0)
         carry, ys = init, [None] * len(items)
         for i in reversed(range(len(items))) if reverse else range(len(items)):
             carry, ys[i] = f(carry, items[i])
@@ -151,10 +161,20 @@ class _NumpyOps:
         out[i] = v
         return out
 
+    @staticmethod
+    def where(pred: Any, yes: Any, no: Any) -> Any:
+        # the host search's predicates are scalars and its two branches of one shape:
+        # the chosen operand as it is (np.where would take ~2 us to copy it)
+        return yes if pred else no
+
+    @staticmethod
+    def all_finite(a: Any) -> Any:
+        return np.isfinite(a).all()
+
 
 def _ops(a: Any) -> type[_JaxOps] | type[_NumpyOps]:
-    """NumPy's operations for host arrays, else JAX's (arrays and tracers)."""
-    return _NumpyOps if isinstance(a, np.ndarray | np.generic) else _JaxOps
+    """JAX's operations for JAX arrays and tracers, else NumPy's (host arrays and scalars)."""
+    return _JaxOps if isinstance(a, jax.Array) else _NumpyOps
 
 
 def _dot(a: Arr, b: Arr) -> Arr:
@@ -182,29 +202,31 @@ def inverse_hessian_product(g: Arr, st: LBFGSState) -> Arr:
         [0.6000000238418579, 0.800000011920929]
     """
     ops = _ops(g)
-    xp = ops.xp
+    xp, where = ops.xp, ops.where
     if ops is _JaxOps:  # a NumPy state (the host search's) indexed by the loop's tracer
         st = LBFGSState(*(jnp.asarray(a) for a in st))
     m = st.rho.shape[0]
     n_valid = xp.minimum(st.n_pairs, m)
     newest = (st.n_pairs - 1) % m
-    order = xp.arange(m)
+    # the compiled loops run over all M slots, those not stored masked (their terms are
+    # exact zeros); the host's over the stored pairs only
+    order = xp.arange(m) if ops is _JaxOps else np.arange(int(n_valid))
 
     def newest_first(q: Arr, i: Arr) -> tuple[Arr, Arr]:
         j = (newest - i) % m
-        a = xp.where(i < n_valid, st.rho[j] * _dot(st.s[j], q), 0.0)
+        a = where(i < n_valid, st.rho[j] * _dot(st.s[j], q), 0.0)
         return q - a * st.y[j], a
 
     q, alphas = ops.scan(newest_first, g, order)
     sy = _dot(st.s[newest], st.y[newest])
     yy = _dot(st.y[newest], st.y[newest])
-    gamma = xp.where(st.n_pairs > 0, sy / xp.where(yy > 0, yy, 1.0), _first_scale(g))
+    gamma = where(st.n_pairs > 0, sy / where(yy > 0, yy, 1.0), _first_scale(g))
 
     def oldest_first(r: Arr, ia: tuple[Arr, Arr]) -> tuple[Arr, None]:
         i, a = ia
         j = (newest - i) % m
         b = st.rho[j] * _dot(st.y[j], r)
-        return r + xp.where(i < n_valid, a - b, 0.0) * st.s[j], None
+        return r + where(i < n_valid, a - b, 0.0) * st.s[j], None
 
     r, _ = ops.scan(oldest_first, gamma * q, (order, alphas), reverse=True)
     return r
@@ -212,9 +234,9 @@ def inverse_hessian_product(g: Arr, st: LBFGSState) -> Arr:
 
 def _first_scale(g: Arr) -> Arr:
     """``min(1, 1 / |g|)``: the scaled steepest-descent step moves at most a unit distance."""
-    xp = _ops(g).xp
+    xp, where = _ops(g).xp, _ops(g).where
     norm = xp.sqrt(_dot(g, g))
-    return xp.minimum(1.0, 1.0 / xp.where(norm > 0, norm, 1.0))
+    return xp.minimum(1.0, 1.0 / where(norm > 0, norm, 1.0))
 
 
 def search_direction(g: Arr, st: LBFGSState) -> tuple[Arr, Arr, Arr]:
@@ -236,13 +258,13 @@ def search_direction(g: Arr, st: LBFGSState) -> tuple[Arr, Arr, Arr]:
         >>> d.tolist(), float(slope), bool(cleared)
         ([-0.0, -0.5], -0.25, False)
     """
-    xp = _ops(g).xp
+    xp, where = _ops(g).xp, _ops(g).where
     d = -inverse_hessian_product(g, st)
     slope = _dot(g, d)
     descent = (slope < 0) & xp.isfinite(slope)
     steepest = -_first_scale(g) * g
-    d = xp.where(descent, d, steepest)
-    return d, xp.where(descent, slope, _dot(g, steepest)), ~descent
+    d = where(descent, d, steepest)
+    return d, where(descent, slope, _dot(g, steepest)), ~descent
 
 
 def _cubic_step(a: Arr, fa: Arr, da: Arr, b: Arr, fb: Arr, db: Arr) -> Arr:
@@ -251,7 +273,7 @@ def _cubic_step(a: Arr, fa: Arr, da: Arr, b: Arr, fb: Arr, db: Arr) -> Arr:
     The minimiser of the cubic matching values and slopes at both ends (Nocedal & Wright,
     eq. 3.59), kept in the inner 80 % of the bracket; bisection otherwise.
     """
-    xp = _ops(a).xp
+    xp, where = _ops(a).xp, _ops(a).where
     d1 = da + db - 3.0 * (fa - fb) / (a - b)
     d2sq = d1 * d1 - da * db
     d2 = xp.sign(b - a) * xp.sqrt(xp.maximum(d2sq, 0.0))
@@ -261,7 +283,7 @@ def _cubic_step(a: Arr, fa: Arr, da: Arr, b: Arr, fb: Arr, db: Arr) -> Arr:
     upper = xp.maximum(a, b) - 0.1 * width
     good = (d2sq >= 0) & xp.isfinite(t) & (t >= lower) & (t <= upper)
     good = good & xp.isfinite(fa) & xp.isfinite(fb) & xp.isfinite(da) & xp.isfinite(db)
-    return xp.where(good, t, 0.5 * (a + b))
+    return where(good, t, 0.5 * (a + b))
 
 
 def _dtype_of(a: Any) -> Any:
@@ -492,7 +514,11 @@ class LBFGS:
                     c, xt = _trial(c, st, x)
                     f, g = value_and_grad(xt, data)
                     c = _update(c, xt, np.asarray(f), np.asarray(g), max_evals)
-                x_new, st, f0, grad_ok = _finish(c, st, x)
+                x_new, new, f0, grad_ok = _finish(c, st, x)
+            # the state's arrays in their own dtypes (the host's selections return either
+            # operand as it is, a Python scalar included)
+            st = LBFGSState(*(np.asarray(a, b.dtype) for a, b in zip(new, st, strict=True)))
+            x_new = np.asarray(x_new, x.dtype)
             u_new = back(x_new)
             last.update(leaves=jax.tree_util.tree_leaves(u_new), x=x_new, unravel=own)
             return u_new, st, f0, grad_ok
@@ -503,15 +529,15 @@ class LBFGS:
 def _start(x: Arr, st: LBFGSState) -> dict[str, Any]:
     """The line search's carry at ``x``: without a cached evaluation of ``x`` in the state,
     the first pass evaluates ``x`` itself (``t = 0``, ``d = 0``)."""
-    xp = _ops(x).xp
+    xp, where = _ops(x).xp, _ops(x).where
     dt = x.dtype
     zero = xp.zeros((), dt)
     cached = st.known & xp.all(st.x == x)
     inf = xp.full((), xp.inf, dt)
     return {
-        "stage": xp.where(cached, _BRACKET, _EVAL0).astype(xp.int32),
+        "stage": xp.asarray(where(cached, _BRACKET, _EVAL0), xp.int32),
         "it": xp.zeros((), xp.int32),
-        "t": xp.where(cached, 1.0, 0.0).astype(dt),
+        "t": xp.asarray(where(cached, 1.0, 0.0), dt),
         "f0": st.value,
         "g0": st.grad,
         "need_direction": cached,
@@ -544,7 +570,7 @@ def _update(c: dict[str, Any], xt: Arr, f: Arr, g: Arr, max_evals: int) -> dict[
     ops = _ops(xt)
     dt = xt.dtype
     f, g = f.astype(dt), g.astype(dt)
-    finite = ops.xp.isfinite(f) & ops.xp.all(ops.xp.isfinite(g))
+    finite = ops.xp.isfinite(f) & ops.all_finite(g)
     return ops.cond(
         c["stage"] == _EVAL0,
         lambda c: _after_first(c, f, g, finite),
@@ -556,15 +582,15 @@ def _update(c: dict[str, Any], xt: Arr, f: Arr, g: Arr, max_evals: int) -> dict[
 def _finish(c: dict[str, Any], st: LBFGSState, x: Arr) -> tuple[Arr, LBFGSState, Arr, Arr]:
     """``(new x, new state, loss at x, gradient finite)`` once the search has stopped: the
     accepted trial; else the lowest trial with sufficient decrease; else no move."""
-    xp = _ops(x).xp
+    xp, where = _ops(x).xp, _ops(x).where
     use_safe = ~c["ok"] & (c["safe"][0] > 0)
     moved = c["ok"] | use_safe
-    _, f_fin, x_fin, g_fin = _zip_map(lambda a, b: xp.where(c["ok"], a, b), c["out"], c["safe"])
-    x_new = xp.where(moved, x_fin, x)
-    f_new = xp.where(moved, f_fin, c["f0"])
-    g_new = xp.where(moved, g_fin, c["g0"])
-    grad_ok = xp.all(xp.isfinite(c["g0"]))
-    st = st._replace(n_pairs=xp.where(c["cleared"] | ~moved, 0, st.n_pairs).astype(xp.int32))
+    _, f_fin, x_fin, g_fin = _zip_map(lambda a, b: where(c["ok"], a, b), c["out"], c["safe"])
+    x_new = where(moved, x_fin, x)
+    f_new = where(moved, f_fin, c["f0"])
+    g_new = where(moved, g_fin, c["g0"])
+    grad_ok = _ops(x).all_finite(c["g0"])
+    st = st._replace(n_pairs=xp.asarray(where(c["cleared"] | ~moved, 0, st.n_pairs), xp.int32))
     st = _push(st, x_new - x, g_new - c["g0"], moved)
     known = xp.isfinite(c["f0"]) & grad_ok
     st = st._replace(x=x_new, value=f_new, grad=g_new, known=known)
@@ -579,16 +605,16 @@ def _zip_map(f: Callable[..., Any], *tuples: tuple[Any, ...]) -> tuple[Any, ...]
 def _push(st: LBFGSState, s: Arr, y: Arr, use: Arr) -> LBFGSState:
     """Stores the pair ``(s, y)`` when ``use`` and ``s . y > 0`` (kept positive definite)."""
     ops = _ops(s)
-    xp, put = ops.xp, ops.set_row
+    xp, put, where = ops.xp, ops.set_row, ops.where
     sy = _dot(s, y)
-    keep = use & (sy > 0) & xp.isfinite(sy) & xp.all(xp.isfinite(y))
+    keep = use & (sy > 0) & xp.isfinite(sy) & ops.all_finite(y)
     m = st.rho.shape[0]
     i = st.n_pairs % m
     return st._replace(
-        n_pairs=xp.where(keep, st.n_pairs + 1, st.n_pairs).astype(xp.int32),
-        s=xp.where(keep, put(st.s, i, s), st.s),
-        y=xp.where(keep, put(st.y, i, y), st.y),
-        rho=xp.where(keep, put(st.rho, i, 1.0 / xp.where(keep, sy, 1.0)), st.rho),
+        n_pairs=xp.asarray(where(keep, st.n_pairs + 1, st.n_pairs), xp.int32),
+        s=where(keep, put(st.s, i, s), st.s),
+        y=where(keep, put(st.y, i, y), st.y),
+        rho=where(keep, put(st.rho, i, 1.0 / where(keep, sy, 1.0)), st.rho),
     )
 
 
@@ -608,10 +634,10 @@ def _with_direction(c: dict[str, Any], st: LBFGSState) -> dict[str, Any]:
 
 def _after_first(c: dict[str, Any], f: Arr, g: Arr, finite: Arr) -> dict[str, Any]:
     """The carry after evaluating the current point: its direction next, then the trial ``1``."""
-    xp = _ops(g).xp
+    xp, where = _ops(g).xp, _ops(g).where
     return {
         **c,
-        "stage": xp.where(finite, _BRACKET, _DONE).astype(xp.int32),
+        "stage": xp.asarray(where(finite, _BRACKET, _DONE), xp.int32),
         "t": xp.ones_like(c["t"]),
         "f0": f,
         "g0": g,
@@ -630,10 +656,10 @@ def _after_trial(
     max_evals: int,
 ) -> dict[str, Any]:
     """The carry after evaluating the trial ``t``: accept, bracket, zoom or give up."""
-    xp = _ops(xt).xp
+    xp, where = _ops(xt).xp, _ops(xt).where
     t, f0, slope0 = c["t"], c["f0"], c["slope0"]
-    slope = xp.where(finite, _dot(g, c["d"]), xp.inf)
-    fv = xp.where(finite, f, xp.inf)
+    slope = where(finite, _dot(g, c["d"]), xp.inf)
+    fv = where(finite, f, xp.inf)
     armijo = fv <= f0 + _C1 * t * slope0
     approx = (fv <= f0 + _APPROX * xp.abs(f0)) & (slope <= (2.0 * _C1 - 1.0) * slope0)
     decrease = finite & (armijo | approx)
@@ -649,16 +675,16 @@ def _after_trial(
     z_hi = ~decrease | (fv >= lo[1])
     z_swap = ~z_hi & (slope * (hi[0] - lo[0]) >= 0)
     zooming = c["stage"] == _ZOOM
-    to_hi = xp.where(zooming, z_hi, b_hi)
-    swap = xp.where(zooming, z_swap, b_swap)
+    to_hi = where(zooming, z_hi, b_hi)
+    swap = where(zooming, z_swap, b_swap)
     expand = ~zooming & ~b_hi & ~b_swap
 
     def pick(*xs: Any) -> Any:
-        return _zip_map(lambda a, b, e: xp.where(to_hi, a, xp.where(swap, b, e)), *xs)
+        return _zip_map(lambda a, b, e: where(to_hi, a, where(swap, b, e)), *xs)
 
-    new_lo = _zip_map(lambda a, b: xp.where(to_hi, a, b), lo, here)
+    new_lo = _zip_map(lambda a, b: where(to_hi, a, b), lo, here)
     new_hi = pick(here, lo, hi)
-    next_t = xp.where(
+    next_t = where(
         expand,
         xp.minimum(_GROW * t, _MAX_T),
         _cubic_step(*new_lo, *new_hi),
@@ -670,14 +696,12 @@ def _after_trial(
     better = decrease & (fv < c["safe"][1])
     return {
         **c,
-        "stage": xp.where(accept | stuck, _DONE, xp.where(expand, _BRACKET, _ZOOM)).astype(
-            xp.int32
-        ),
+        "stage": xp.asarray(where(accept | stuck, _DONE, where(expand, _BRACKET, _ZOOM)), xp.int32),
         "it": it,
         "t": next_t,
         "lo": new_lo,
         "hi": new_hi,
-        "safe": _zip_map(lambda a, b: xp.where(better, a, b), (t, fv, xt, g), c["safe"]),
-        "out": _zip_map(lambda a, b: xp.where(accept, a, b), (t, fv, xt, g), c["out"]),
+        "safe": _zip_map(lambda a, b: where(better, a, b), (t, fv, xt, g), c["safe"]),
+        "out": _zip_map(lambda a, b: where(accept, a, b), (t, fv, xt, g), c["out"]),
         "ok": accept,
     }
