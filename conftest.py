@@ -1,8 +1,8 @@
 """Session set-up for the whole test run (``tests/`` and the docstring examples in ``gpchol/``).
 
-* ``XLA_FLAGS`` gets 8 simulated CPU devices; it must be set before JAX is imported, so it
-  is set here, in the first conftest pytest loads (the package itself never touches the
-  environment or enables x64).
+* ``XLA_FLAGS`` gets 8 simulated CPU devices and LLVM's ``-O0`` (below); it must be set
+  before JAX is imported, so it is set here, in the first conftest pytest loads (the
+  package itself never touches the environment or enables x64).
 * float64 is enabled for the tests; the docstring examples run in JAX's default
   configuration (float32), as a user would run them.
 * JAX's persistent compilation cache is on for the session (below), in
@@ -15,9 +15,19 @@
 
 import os
 
-_flag = "--xla_force_host_platform_device_count=8"
-if _flag not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+_flags = ["--xla_force_host_platform_device_count=8"]
+# XLA's LLVM back end at -O0 for the tests: compilation is most of the suite's time (each
+# test compiles its own small programs) and LLVM's optimisation about a fifth of it. Results
+# differ from the default level by rounding alone (contracted multiply-adds, vectorised
+# math functions: a few ulps, 5e-16 relative at the median), far inside every tolerance
+# (benchmarks/results/test-suite-times.md). GPCHOL_TEST_XLA_OPT=default keeps XLA's
+# default level, as users run it.
+if os.environ.get("GPCHOL_TEST_XLA_OPT", "").lower() != "default":
+    _flags.append("--xla_backend_optimization_level=0")
+for _flag in _flags:
+    _name = _flag.split("=")[0]
+    if _name not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 import importlib  # noqa: E402
 import pkgutil  # noqa: E402
