@@ -358,7 +358,12 @@ def test_eager_likelihood_and_gradient_compile_once_per_structure(rng, model) ->
         m = build(p)
         return m.log_marginal_likelihood(y) if model == 0 else m.elbo(y)
 
-    loss(first), jax.grad(loss)(first)  # the structure's programs
+    loss(first)  # the structure's value program (and the data's placement)
+    names = backend_compiles(lambda: jax.grad(loss)(first))
+    if model == 1:
+        # The first eager gradient compiles the model's own programs (its forward and its
+        # transposed tangent), not one small program per operation of the backward pass.
+        assert set(names) == {"jit(_bound_of)"}, names
     build, y = _eager_models(rng, 24)[model]  # new data, same shapes
     p = [jnp.asarray(v) for v in (0.7, 1.3, 0.05)]
     out: list = []
@@ -368,6 +373,48 @@ def test_eager_likelihood_and_gradient_compile_once_per_structure(rng, model) ->
     jv, jg = jax.jit(lambda q: (loss(q, build, y), jax.grad(loss)(q, build, y)))(p)
     np.testing.assert_allclose(float(value), float(jv), rtol=1e-12)
     np.testing.assert_allclose(np.stack(grad), np.stack(jg), rtol=1e-10)
+
+
+def _linalg_calls(rng, n=24):
+    import gpchol
+
+    A = rng.standard_normal((n, n))
+    S = jnp.asarray(A @ A.T + n * np.eye(n))
+    L = jnp.linalg.cholesky(S)
+    b = jnp.asarray(rng.standard_normal(n))
+    return {
+        "cholesky": (gpchol.cholesky, S),
+        "cholesky-jitter": (lambda s: gpchol.cholesky(s, jitter=(0.0, 1e-6)), S),
+        "cho_solve": (lambda f: gpchol.cho_solve(f, b), L),
+        "solve_triangular": (lambda f: gpchol.solve_triangular(f, b, transpose=True), L),
+        "logdet": (gpchol.logdet, L),
+        "cho_inverse": (gpchol.cho_inverse, L),
+        "mvn_logpdf": (lambda s: gpchol.mvn_logpdf(b, jnp.zeros(n), s), S),
+    }
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["cholesky", "cholesky-jitter", "cho_solve", "solve_triangular", "logdet", "cho_inverse",
+     "mvn_logpdf"],
+)  # fmt: skip
+def test_eager_linear_algebra_runs_one_program(rng, name) -> None:
+    """An eager call of a public linear-algebra function compiles one program, its first
+    eager reverse-mode derivative one more (the transposed tangent), not one program per
+    operation; the results are the jitted function's."""
+    fn, x = _linalg_calls(rng)[name]
+    out: list = []
+    first = backend_compiles(lambda: out.append(fn(x)))
+    assert len(first) == 1 and first[0].endswith("_program)"), first
+    seed = np.ones(out[0].shape)
+    grads: list = []
+    names = backend_compiles(lambda: grads.append(jax.vjp(fn, x)[1](seed)[0]))
+    assert len(names) <= 2 and set(names) == set(first), names
+    x2 = x * 1.01  # new values, same shape: nothing compiled
+    assert backend_compiles(lambda: jax.vjp(fn, x2)[1](seed)) == []
+    ref_out, ref_vjp = jax.jit(lambda x: jax.vjp(fn, x))(x)
+    np.testing.assert_allclose(out[0], ref_out, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(grads[0], ref_vjp(seed)[0], rtol=1e-10, atol=1e-12)
 
 
 # ------------------------------------------------------------- padded training points

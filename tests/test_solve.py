@@ -165,7 +165,7 @@ def test_cho_inverse_lapack_grads_and_failure(rng):
 
 
 @pytest.mark.parametrize("compiled", [True, False])
-def test_host_lapack_compiled_and_xla_fallback(rng, monkeypatch, compiled):
+def test_host_lapack_compiled_and_xla_fallback(rng, monkeypatch, request, compiled):
     """The compiled LAPACK handlers and the XLA operations used where they are not built
     give the same factor, solve, inverse and likelihood gradient."""
     from gpchol._internal import cpu_ffi, host_lapack
@@ -174,6 +174,10 @@ def test_host_lapack_compiled_and_xla_fallback(rng, monkeypatch, compiled):
         assert cpu_ffi.cpu_unavailable_reason() is None, cpu_ffi.cpu_unavailable_reason()
     else:
         monkeypatch.setattr(cpu_ffi, "cpu_unavailable_reason", lambda: "switched off (test)")
+        # read when a program is traced: gpchol's own compiled programs are traced again,
+        # and not kept with the switch off for the tests after this one
+        jax.clear_caches()
+        request.addfinalizer(jax.clear_caches)
     assert host_lapack.compiled_lapack() is compiled
     n = 150
     a = random_spd(rng, n, (2,))

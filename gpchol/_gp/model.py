@@ -763,6 +763,11 @@ jax.tree_util.register_pytree_node_class(GaussianProcess)
 # One program per model structure and shapes when called eagerly or under an eager
 # jax.grad (each operation would otherwise compile a small program of its own, and an
 # eager lax.cond closing over the data one per call); inlined into a caller's jit, so
-# the caller's program is the one it was without them.
+# the caller's program is the one it was without them. (A nested call would compile an
+# eager gradient as a few programs instead of about thirty small ones, but where kernel
+# parameters are constants of the caller's program XLA then rebuilds the covariance for
+# a failed factor's status search with other rounding than the factored one -- a
+# division where the factored one multiplies by the reciprocal -- and the status of
+# near-singular covariances is no longer LAPACK's: tests/test_status.py, tiled backend.)
 _lml_jit = jax.jit(GaussianProcess._lml_of, inline=True)
 _diagnostics_jit = jax.jit(GaussianProcess._diagnostics_of, inline=True)

@@ -590,8 +590,11 @@ def _condition_jit(gp: SparseGP, y: jax.Array) -> tuple[jax.Array, ...]:
 jax.tree_util.register_pytree_node_class(SparseGP)
 
 # One program per model structure and shapes when called eagerly or under an eager
-# jax.grad; inlined into a caller's jit (see gpchol/_gp/model.py's _lml_jit).
-_bound_jit = jax.jit(SparseGP._bound_of, inline=True)
+# jax.grad. Not inline=True (as gpchol/_gp/model.py's _lml_jit, whose status search
+# re-evaluates the kernel): an inlined call's tangent is staged op by op and an eager
+# gradient transposed one compiled operation at a time (tests/test_refit.py counts
+# them); inside a caller's jit the nested call is inlined by XLA.
+_bound_jit = jax.jit(SparseGP._bound_of)
 
 
 # ----------------------------------------------------------------------------------------

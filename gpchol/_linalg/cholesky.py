@@ -195,7 +195,16 @@ def factor_with_status(
     """``(L, status)`` (or ``(L, status, jitter_used)``) on one device; see
     :func:`gpchol.cholesky_with_status`, which routes here unless the input is sharded."""
     x, nb, be = prepare(a, tile_size, backend)
-    jitters = check_jitter(jitter)
+    return _factor_program(x, be, nb, check_jitter(jitter))
+
+
+# One compiled program per backend, tile size, jitter schedule and shape when called
+# eagerly (or under an eager jax.grad, whose tangent is then transposed as one program);
+# a nested call inside a caller's jit, which XLA inlines.
+@partial(jax.jit, static_argnums=(1, 2, 3))
+def _factor_program(
+    x: jax.Array, be: Backend, nb: int | None, jitters: tuple[float, ...] | None
+) -> tuple[jax.Array, ...]:
     if jitters is None:
         return chol(x, be, nb, True)
     return factor_with_jitter(symmetrize(x), be, nb, jitters)

@@ -6,6 +6,8 @@ All functions take batch dimensions and are differentiable in every array argume
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
@@ -21,7 +23,8 @@ __all__ = ["cho_inverse", "cho_solve", "logdet", "mvn_logpdf", "solve_triangular
 
 
 def _rhs(L: jax.Array, b: ArrayLike, name: str = "b") -> tuple[jax.Array, bool]:
-    """Validate ``b`` against ``L``; return ``(b as (..., n, k), was_vector)``."""
+    """Validate ``b`` against ``L``; return ``(b, is_vector)`` (a vector is solved as
+    ``b[..., None]``)."""
     b = as_float_array(b, name)
     n = L.shape[-1]
     if b.ndim == 0:
@@ -33,7 +36,7 @@ def _rhs(L: jax.Array, b: ArrayLike, name: str = "b") -> tuple[jax.Array, bool]:
                 f"{name} has shape {tuple(b.shape)}, but the factor is {n}x{n}: a vector "
                 f"right-hand side needs last dimension {n}."
             )
-        return b[..., None], True
+        return b, True
     if b.shape[-2] != n:
         raise ValueError(
             f"{name} has shape {tuple(b.shape)}, but the factor is {n}x{n}: a matrix "
@@ -92,9 +95,7 @@ def solve_triangular(
     L = as_float_array(L, "L")
     check_square(L, "L")
     b, vec = _rhs(L, b)
-    L, b = _common_dtype(L, b)
-    x = trsm(L, b, left=True, lower=lower, trans=transpose)
-    return x[..., 0] if vec else x
+    return _solve_program(L, b, lower, transpose, vec)
 
 
 def cho_solve(L: ArrayLike, b: ArrayLike) -> jax.Array:
@@ -117,9 +118,7 @@ def cho_solve(L: ArrayLike, b: ArrayLike) -> jax.Array:
     L = as_float_array(L, "L")
     check_square(L, "L")
     b, vec = _rhs(L, b)
-    L, b = _common_dtype(L, b)
-    x = trsm(L, trsm(L, b, left=True), left=True, trans=True)
-    return x[..., 0] if vec else x
+    return _cho_solve_program(L, b, vec)
 
 
 def logdet(L: ArrayLike) -> jax.Array:
@@ -139,7 +138,7 @@ def logdet(L: ArrayLike) -> jax.Array:
     """
     L = as_float_array(L, "L")
     check_square(L, "L")
-    return 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+    return _logdet_program(L)
 
 
 def cho_inverse(L: ArrayLike, *, tile_size: int | None = None) -> jax.Array:
@@ -167,7 +166,7 @@ def cho_inverse(L: ArrayLike, *, tile_size: int | None = None) -> jax.Array:
     nb = check_tile_size(tile_size) or default_tile_size(L.shape[-1], L.dtype)
     if L.shape[-1] == 0:
         return L
-    return inverse_from_factor(jnp.tril(L), nb)
+    return _inverse_program(L, nb)
 
 
 def _mvn_composed(r: jax.Array, cov: jax.Array, backend: Backend, nb: int | None) -> jax.Array:
@@ -233,16 +232,54 @@ def mvn_logpdf(
             f"mean has shape {tuple(mean.shape)} but cov is {n}x{n}: mean needs shape "
             f"(..., {n}) or must be a scalar."
         )
+    mode = gradient
+    if gradient == "auto":
+        mode = "whole" if be.whole_rule_default and array_platform(cov) == "cpu" else "composed"
+    return _mvn_program(y, mean, cov, be, nb, mode)
+
+
+# The functions above validate their arguments in Python, then run one compiled program
+# per static choice and shape: eager calls (and eager gradients, whose tangent is then
+# transposed as one program) compile a program each instead of one per operation; inside
+# a caller's jit each is a nested call, which XLA inlines.
+
+
+@partial(jax.jit, static_argnums=(2, 3, 4))
+def _solve_program(L: jax.Array, b: jax.Array, lower: bool, trans: bool, vec: bool) -> jax.Array:
+    L, b = _common_dtype(L, b[..., None] if vec else b)
+    x = trsm(L, b, left=True, lower=lower, trans=trans)
+    return x[..., 0] if vec else x
+
+
+@partial(jax.jit, static_argnums=(2,))
+def _cho_solve_program(L: jax.Array, b: jax.Array, vec: bool) -> jax.Array:
+    L, b = _common_dtype(L, b[..., None] if vec else b)
+    x = trsm(L, trsm(L, b, left=True), left=True, trans=True)
+    return x[..., 0] if vec else x
+
+
+@jax.jit
+def _logdet_program(L: jax.Array) -> jax.Array:
+    return 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+
+
+@partial(jax.jit, static_argnums=(1,))
+def _inverse_program(L: jax.Array, nb: int) -> jax.Array:
+    return inverse_from_factor(jnp.tril(L), nb)
+
+
+@partial(jax.jit, static_argnums=(3, 4, 5))
+def _mvn_program(
+    y: jax.Array, mean: jax.Array, cov: jax.Array, be: Backend, nb: int | None, mode: str
+) -> jax.Array:
     y, mean, cov = _common_dtype(y, mean, cov)
     r = y - mean
     cov = symmetrize(cov)
+    n = cov.shape[-1]
     if n == 0:
         return jnp.zeros(jnp.broadcast_shapes(r.shape[:-1], cov.shape[:-2]), cov.dtype)
     batch = jnp.broadcast_shapes(r.shape[:-1], cov.shape[:-2])
     r = jnp.broadcast_to(r, batch + (n,))
-    mode = gradient
-    if gradient == "auto":
-        mode = "whole" if be.whole_rule_default and array_platform(cov) == "cpu" else "composed"
     if mode == "whole":
         # cov = (A + A^T) / 2 above: symmetric bit for bit
         return gaussian_loglik(DenseCovariance(cov, symmetric=True), r, GaussianRule(be, nb))[0]
