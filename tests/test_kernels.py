@@ -791,7 +791,7 @@ def test_parameter_gradients_match_finite_differences(x64, make, ref):
         return jnp.sum(W * k(X1, X2)) + jnp.sum(k.diag(X1))
 
     # reverse mode is what fitting uses; it is checked against finite differences
-    check_grads(f, (k,), order=1, modes=("rev",), eps=1e-5, atol=1e-6, rtol=1e-6)
+    check_grads(jax.jit(f), (k,), order=1, modes=("rev",), eps=1e-5, atol=1e-6, rtol=1e-6)
 
 
 @pytest.mark.parametrize(("make", "ref"), SMOOTH)
@@ -800,7 +800,7 @@ def test_input_gradients_match_finite_differences(x64, make, ref):
     W = np.random.default_rng(17).normal(size=(7, 5))
     k = make()
     f = lambda a: jnp.sum(W * k(a, X2))  # noqa: E731
-    check_grads(f, (jnp.asarray(X1),), order=1, modes=("fwd", "rev"), eps=1e-5)
+    check_grads(jax.jit(f), (jnp.asarray(X1),), order=1, modes=("fwd", "rev"), eps=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -836,7 +836,7 @@ def test_matern_gradients_at_coincident_points_match_central_differences(x64, cl
     X0 = jnp.asarray(np.random.default_rng(19).normal(size=(5, 2)))
     W = jnp.asarray(np.random.default_rng(20).normal(size=(5, 5)))
     k = cls(0.8)
-    check_grads(lambda a: jnp.sum(W * k(a, X0)), (X0,), order=1, modes=("rev",))
+    check_grads(jax.jit(lambda a: jnp.sum(W * k(a, X0))), (X0,), order=1, modes=("rev",))
 
 
 def _sqdist_grads_reference(X1, X2, ls, G, kind):
@@ -899,7 +899,8 @@ def test_distance_rule_second_derivatives_match_finite_differences(x64, rng):
     def f(ls, a):
         return jnp.sum(W * kern.ExpSquared(ls)(a, X2))
 
-    check_grads(f, (jnp.asarray([0.8, 1.1, 1.7]), jnp.asarray(X1)), order=2, modes=("fwd", "rev"))
+    args = (jnp.asarray([0.8, 1.1, 1.7]), jnp.asarray(X1))
+    check_grads(jax.jit(f), args, order=2, modes=("fwd", "rev"))
 
 
 # ---------------------------------------------------------------- jit, vmap, dtypes

@@ -80,9 +80,11 @@ def test_hessian_equals_jax_rules(rng, n):
     """Second order (differentiating the whole-likelihood rule and its LAPACK call)."""
     X, y, theta = data(rng, n)
     h = jax.jit(jax.hessian(lml))(jnp.asarray(theta), X, y)
-    h_ref = jax.hessian(lml_jax)(jnp.asarray(theta), X, y)
+    h_ref = jax.jit(jax.hessian(lml_jax))(jnp.asarray(theta), X, y)
     np.testing.assert_allclose(h, h_ref, rtol=1e-8, atol=1e-9 * float(jnp.abs(h_ref).max()))
-    check_grads(lambda t: lml(t, X, y), (jnp.asarray(theta),), order=1, modes=["fwd", "rev"])
+    check_grads(
+        jax.jit(lambda t: lml(t, X, y)), (jnp.asarray(theta),), order=1, modes=["fwd", "rev"]
+    )
 
 
 @pytest.mark.parametrize("B, n", [(16, 5), (8, HOST_MIN_N + 3)])
