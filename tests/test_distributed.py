@@ -80,7 +80,7 @@ def test_gradients_match_single_device(rng, shape, n, T):
     with jax.set_mesh(mesh):
         g = jax.jit(jax.grad(f))(_put(A, mesh))
     assert g.sharding.spec == P("r", "c")
-    g_ref = jax.grad(f_ref)(jnp.asarray(A))
+    g_ref = jax.jit(jax.grad(f_ref))(jnp.asarray(A))
     np.testing.assert_allclose(g, g_ref, atol=1e-9)
 
     # and the same as through gpchol's own single-device Cholesky
@@ -101,7 +101,7 @@ def test_jvp_matches_single_device(rng):
         _, t = jax.jit(lambda a, v: jax.jvp(lambda x: gd.potrf(x, T, donate=False), (a,), (v,)))(
             _put(A, mesh), _put(V, mesh)
         )
-    _, t_ref = jax.jvp(jnp.linalg.cholesky, (jnp.asarray(A),), (jnp.asarray(V),))
+    _, t_ref = jax.jvp(jax.jit(jnp.linalg.cholesky), (jnp.asarray(A),), (jnp.asarray(V),))
     np.testing.assert_allclose(t, t_ref, atol=1e-10)
 
     # forward mode through the solve as well (potrs has its own derivative rule)
@@ -112,7 +112,8 @@ def test_jvp_matches_single_device(rng):
 
     with jax.set_mesh(mesh):
         _, t = jax.jit(lambda a, v: jax.jvp(solve, (a,), (v,)))(_put(A, mesh), _put(V, mesh))
-    _, t_ref = jax.jvp(lambda a: jnp.linalg.solve(a, b), (jnp.asarray(A),), (jnp.asarray(V),))
+    ref_solve = jax.jit(lambda a: jnp.linalg.solve(a, b))
+    _, t_ref = jax.jvp(ref_solve, (jnp.asarray(A),), (jnp.asarray(V),))
     np.testing.assert_allclose(t, t_ref, atol=1e-10)
 
 
@@ -232,7 +233,7 @@ def test_gaussian_log_likelihood_value_and_grad(rng):
     Xr = _put(X, mesh, ("r", None))
     v, g = f(k, 0.1, Xr)
     assert g[2].sharding.spec == P("r", None)
-    vr, gr = jax.value_and_grad(ref, argnums=(0, 1, 2))(k, 0.1, X)
+    vr, gr = jax.jit(jax.value_and_grad(ref, argnums=(0, 1, 2)))(k, 0.1, X)
     np.testing.assert_allclose(v, vr, rtol=1e-10)
     for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(gr), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12 * np.max(np.abs(b)))
@@ -266,7 +267,7 @@ def test_gaussian_log_likelihood_any_n_and_all_gradients(rng):
 
     args = (k, X, y, noise, mean)
     v, g = jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2, 3, 4)))(*args)
-    vr, gr = jax.value_and_grad(ref, argnums=(0, 1, 2, 3, 4))(*args)
+    vr, gr = jax.jit(jax.value_and_grad(ref, argnums=(0, 1, 2, 3, 4)))(*args)
     np.testing.assert_allclose(v, vr, rtol=1e-10)
     for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(gr), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12 * np.max(np.abs(b)))
@@ -374,7 +375,7 @@ def test_unsharded_traced_input_is_placed(rng, axis_type):
     def f(a):
         return jnp.sum(b[:, None] * gd.potrf(a, T, mesh, donate=False))
 
-    g_ref = jax.grad(lambda a: jnp.sum(b[:, None] * jnp.linalg.cholesky(a)))(A)
+    g_ref = jax.jit(jax.grad(lambda a: jnp.sum(b[:, None] * jnp.linalg.cholesky(a))))(A)
     np.testing.assert_allclose(jax.jit(jax.grad(f))(A), g_ref, atol=1e-12)
     # eager grad: on an Explicit mesh JAX seeds the cotangent on the output's mesh and
     # needs the mesh context (its own requirement, stated in its error message)
@@ -407,6 +408,8 @@ def test_eager_calls_run_jitted_and_cached(rng):
     # eager grad (under the mesh context: see test_unsharded_traced_input_is_placed)
     with jax.set_mesh(mesh):
         g = jax.grad(lambda p: gd.gaussian_log_likelihood(fn, p, X, y, 0.1, mesh)[0])(p)
-    g_ref = jax.grad(lambda p: gpchol.mvn_logpdf(y, 0.0, fn(p, X, X) + 0.1 * jnp.eye(n)))(p)
+    g_ref = jax.jit(jax.grad(lambda p: gpchol.mvn_logpdf(y, 0.0, fn(p, X, X) + 0.1 * jnp.eye(n))))(
+        p
+    )
     for a, b_ in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref), strict=True):
         np.testing.assert_allclose(a, b_, rtol=1e-8)
