@@ -8,6 +8,7 @@ with gpchol's within 1e-8 relative, and gpchol's with a SciPy reference. Peers t
 installed are skipped by the suite with a message. Timings are not checked.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -41,3 +42,28 @@ def test_bench_quick_agreement():
     for line in p.stdout.splitlines():
         if line.startswith("SKIP"):
             print(line)
+
+
+# slow: two fresh processes import JAX and gpchol
+@pytest.mark.slow
+def test_bench_eager_runs_and_counts_programs(tmp_path):
+    """``benchmarks/bench_eager.py`` in fresh processes: a first eager ``cholesky`` compiles
+    one program, its first eager derivative adds the transposed tangent and the seed's
+    programs, and the same derivative at new values compiles nothing."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("XLA_FLAGS", None)
+    out = tmp_path / "eager.json"
+    cmd = ["-m", "benchmarks.bench_eager", "--cases", "cholesky", "--repeats", "1"]
+    p = subprocess.run(
+        [sys.executable, *cmd, "--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    row = json.loads(out.read_text())["cases"]["cholesky"]
+    assert row["value"]["programs"] == 1, row
+    assert row["gradient"]["programs"] <= 4 and row["again"]["programs"] == 0, row
