@@ -185,6 +185,49 @@ def _upper_t_matmul(M: jax.Array, b: jax.Array) -> jax.Array:
     return mT(M) @ b
 
 
+def _half_logdet(F: jax.Array, kind: str) -> jax.Array:
+    """``log det(Sigma) / 2`` from the factor ``F`` of the given parametrization."""
+    d = jnp.diagonal(F, axis1=-2, axis2=-1)
+    if kind == "scale_tril":
+        return jnp.sum(jnp.log(jnp.abs(d)), axis=-1)
+    s = jnp.sum(jnp.log(d), axis=-1)
+    return -s if kind == "precision_matrix" else s
+
+
+# One program per parametrization and shapes: an eager log_prob (or its eager gradient)
+# compiles it once instead of one small program per operation; a nested call, inlined by
+# XLA, inside a caller's jit (NUTS, SVI).
+@partial(jax.jit, static_argnums=(4,))
+def _log_prob_program(
+    F: jax.Array, ok: jax.Array | None, loc: jax.Array, value: jax.Array, kind: str
+) -> jax.Array:
+    """``log N(value | loc, Sigma)`` from the factor ``F`` (``-inf`` where ``ok`` is False)."""
+    n = F.shape[-1]
+    r = value - loc
+    if kind == "precision_matrix":
+        maha = _sum_sq_columns(F, r[..., ::-1], _upper_t_matmul)
+    else:
+        maha = _sum_sq_columns(F, r, _solve_lower)
+    lp = -0.5 * maha - _half_logdet(F, kind) - 0.5 * n * LOG_2PI
+    if ok is not None:
+        lp = jnp.where(ok, lp, -jnp.inf)
+    return lp
+
+
+@partial(jax.jit, static_argnums=(3, 4))
+def _whole_program(
+    cov: jax.Array,
+    value: jax.Array,
+    loc: jax.Array,
+    batch_shape: tuple[int, ...],
+    rule: GaussianRule,
+) -> jax.Array:
+    """``log N(value | loc, cov)`` by the whole-likelihood rule (one observation each)."""
+    n = cov.shape[-1]
+    r = jnp.broadcast_to(value - loc, batch_shape + (n,)).astype(cov.dtype)
+    return gaussian_loglik(DenseCovariance(symmetrize(cov), symmetric=True), r, rule)[0]
+
+
 # ----------------------------------------------------------------------------------------
 # MultivariateNormal
 # ----------------------------------------------------------------------------------------
@@ -405,13 +448,6 @@ class MultivariateNormal(Distribution):
         return self.loc + jnp.squeeze(L @ eps[..., None], axis=-1)
 
     # ------------------------------------------------------------------ densities
-    def _half_logdet(self, F: jax.Array) -> jax.Array:
-        d = jnp.diagonal(F, axis1=-2, axis2=-1)
-        if self._kind == "scale_tril":
-            return jnp.sum(jnp.log(jnp.abs(d)), axis=-1)
-        s = jnp.sum(jnp.log(d), axis=-1)
-        return -s if self._kind == "precision_matrix" else s
-
     def _whole_likelihood(self, value: jax.Array) -> jax.Array | None:
         """``log_prob`` by the whole-likelihood rule, or None where it does not apply.
 
@@ -432,9 +468,8 @@ class MultivariateNormal(Distribution):
         cov, nb, be = prepare(cov, None, "auto", name="covariance")
         if not be.whole_rule_default or array_platform(cov) != "cpu" or n == 0:
             return None
-        r = jnp.broadcast_to(value - self.loc, self.batch_shape + (n,)).astype(cov.dtype)
         rule = GaussianRule(be, nb, guarded=True)
-        return gaussian_loglik(DenseCovariance(symmetrize(cov), symmetric=True), r, rule)[0]
+        return _whole_program(cov, value, self.loc, self.batch_shape, rule)
 
     @validate_sample
     def log_prob(self, value: ArrayLike) -> jax.Array:
@@ -451,22 +486,13 @@ class MultivariateNormal(Distribution):
         if whole is not None:
             return whole
         F, ok = self._get_factor()
-        n = F.shape[-1]
-        r = value - self.loc
-        if self._kind == "precision_matrix":
-            maha = _sum_sq_columns(F, r[..., ::-1], _upper_t_matmul)
-        else:
-            maha = _sum_sq_columns(F, r, _solve_lower)
-        lp = -0.5 * maha - self._half_logdet(F) - 0.5 * n * LOG_2PI
-        if ok is not None:
-            lp = jnp.where(ok, lp, -jnp.inf)
-        return lp
+        return _log_prob_program(F, ok, self.loc, value, self._kind)
 
     def entropy(self) -> jax.Array:
         """``batch_shape`` entropies, ``n (1 + log 2 pi) / 2 + log det Sigma / 2``."""
         F, ok = self._get_factor()
         n = F.shape[-1]
-        h = 0.5 * n * (LOG_2PI + 1.0) + self._half_logdet(F)
+        h = 0.5 * n * (LOG_2PI + 1.0) + _half_logdet(F, self._kind)
         if ok is not None:
             h = jnp.where(ok, h, jnp.nan)
         return jnp.broadcast_to(h, self.batch_shape)
@@ -506,9 +532,21 @@ def _diag_term(noise: ArrayLike, jitter: float | None, n: int, dtype: DTypeLike)
 
 
 def _gp_covariance(kernel: Any, X: jax.Array, noise: ArrayLike, jitter: float | None) -> jax.Array:
-    """``k(X, X) + diag(noise) + jitter I``, ``(n, n)``."""
+    """``k(X, X) + diag(noise) + jitter I``, ``(n, n)``: one compiled program per kernel
+    structure and shapes for a gpchol kernel (a pytree), traced as is for a plain callable."""
+    if isinstance(kernel, Kernel):
+        return _gp_covariance_program(kernel, X, noise, jitter)
+    return _gp_covariance_of(kernel, X, noise, jitter)
+
+
+def _gp_covariance_of(
+    kernel: Any, X: jax.Array, noise: ArrayLike, jitter: float | None
+) -> jax.Array:
     K = kernel(X, X)
     return K + jnp.diag(_diag_term(noise, jitter, X.shape[0], K.dtype))
+
+
+_gp_covariance_program = jax.jit(_gp_covariance_of, static_argnums=(3,))
 
 
 @partial(jax.jit, static_argnums=(1,))
