@@ -64,6 +64,18 @@ def backend_compiles(run) -> list[str]:
     return names
 
 
+def patch_read_at_trace(monkeypatch, request, target, name, value) -> None:
+    """``monkeypatch.setattr(target, name, value)`` for something gpchol reads when it traces
+    a program (a routing switch, a rule looked up by name): JAX's caches are cleared now,
+    since gpchol's module-level compiled programs would keep what they traced, and again
+    when the test ends, so that the tests after it do not keep the patched programs."""
+    import jax
+
+    monkeypatch.setattr(target, name, value)
+    jax.clear_caches()
+    request.addfinalizer(jax.clear_caches)
+
+
 #: pytest options of an upstream suite run in a subprocess: its own session, without this
 #: suite's cache, xdist or pytest-benchmark (where installed, it read the xdist worker's
 #: variables and turned its "xdist is active" warning into an error under upstream filters)

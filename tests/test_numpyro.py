@@ -7,7 +7,7 @@ import pytest
 
 numpyro = pytest.importorskip("numpyro")
 import numpyro.distributions as dist  # noqa: E402
-from helpers import random_spd  # noqa: E402
+from helpers import patch_read_at_trace, random_spd  # noqa: E402
 from numpyro.infer import MCMC, NUTS, SVI, Predictive, Trace_ELBO  # noqa: E402
 from numpyro.infer.autoguide import AutoNormal  # noqa: E402
 
@@ -97,12 +97,10 @@ def test_whole_likelihood_path_matches_numpyro(rng, monkeypatch, request, n):
     """
     calls = []
     real = gnp.gaussian_loglik
-    monkeypatch.setattr(gnp, "gaussian_loglik", lambda *a: calls.append(1) or real(*a))
-    # the rule is looked up when gpchol's program is traced: trace it again here (a
-    # program cached by an earlier test would not call the wrapper), and not keep the
-    # wrapper's program for the tests after this one
-    jax.clear_caches()
-    request.addfinalizer(jax.clear_caches)
+    # looked up when gpchol's program is traced (a program cached by an earlier test would
+    # not call the wrapper)
+    counted = lambda *a: calls.append(1) or real(*a)  # noqa: E731
+    patch_read_at_trace(monkeypatch, request, gnp, "gaussian_loglik", counted)
     good = np.stack([random_spd(rng, n), random_spd(rng, n)])
     loc = rng.standard_normal((2, n))
     x = rng.standard_normal((2, n))

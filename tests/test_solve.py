@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.linalg as sla
 import scipy.stats as sst
-from helpers import random_spd
+from helpers import patch_read_at_trace, random_spd
 from jax.test_util import check_grads
 
 import gpchol
@@ -173,11 +173,8 @@ def test_host_lapack_compiled_and_xla_fallback(rng, monkeypatch, request, compil
     if compiled:
         assert cpu_ffi.cpu_unavailable_reason() is None, cpu_ffi.cpu_unavailable_reason()
     else:
-        monkeypatch.setattr(cpu_ffi, "cpu_unavailable_reason", lambda: "switched off (test)")
-        # read when a program is traced: gpchol's own compiled programs are traced again,
-        # and not kept with the switch off for the tests after this one
-        jax.clear_caches()
-        request.addfinalizer(jax.clear_caches)
+        off = lambda: "switched off (test)"  # noqa: E731
+        patch_read_at_trace(monkeypatch, request, cpu_ffi, "cpu_unavailable_reason", off)
     assert host_lapack.compiled_lapack() is compiled
     n = 150
     a = random_spd(rng, n, (2,))

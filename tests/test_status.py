@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg.lapack as lapack
-from helpers import lapack_info, random_spd
+from helpers import lapack_info, patch_read_at_trace, random_spd
 
 import gpchol
 from gpchol import kernels
@@ -719,12 +719,7 @@ def test_large_cpu_factor_goes_through_the_handlers(monkeypatch, request, dtype)
         return [np.asarray(x) for x in (*f(a), *f(bad))], f.lower(a[0]).as_text()
 
     def route_above(n: int) -> None:
-        # read when a program is traced: gpchol's own compiled programs are traced again
-        # (and not kept with this routing for the tests after this one)
-        monkeypatch.setattr(host_lapack, "HOST_FACTOR_ABOVE", n)
-        jax.clear_caches()
-
-    request.addfinalizer(jax.clear_caches)
+        patch_read_at_trace(monkeypatch, request, host_lapack, "HOST_FACTOR_ABOVE", n)
 
     (L_xla, st_xla, Lb_xla, stb_xla), hlo_xla = run()
     route_above(64)
