@@ -4,6 +4,11 @@ The session set-up (8 simulated CPU devices, float64) is in the repository's top
 ``conftest.py``. Random inputs come from a fixed default seed, varied with the
 environment variable ``GPCHOL_TEST_SEED`` (an integer); each test's seed mixes it with the
 test's name and is printed, so pytest shows it with any failure.
+
+Tiers: ``@pytest.mark.slow`` leaves a whole test out of the everyday tier
+(``-m "not slow"``); ``@pytest.mark.slow_cases("id", ...)`` leaves out the named cases of a
+parametrized test (the part of the node id in brackets), so the everyday tier still runs
+its other cases. A name that matches no case is an error at collection.
 """
 
 import os
@@ -39,3 +44,30 @@ def without_session_jax_cache():
     finally:
         jax.config.update("jax_compilation_cache_dir", old)
         cc.reset_cache()
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects
+def pytest_collection_modifyitems(config, items):
+    """Marks ``slow`` the cases that a test's ``slow_cases`` marker names."""
+    named: dict[object, set[str]] = {}
+    seen: dict[object, set[str]] = {}
+    for item in items:
+        marker = item.get_closest_marker("slow_cases")
+        if marker is None:
+            continue
+        fn = getattr(item, "function", None)
+        named.setdefault(fn, set(marker.args))
+        case = getattr(item, "callspec", None)
+        if case is not None and case.id in marker.args:
+            item.add_marker(pytest.mark.slow)
+            seen.setdefault(fn, set()).add(case.id)
+    if any("::" in str(arg) for arg in config.args):
+        return  # tests picked by node id: their siblings are not collected
+    for fn, ids in named.items():
+        missing = ids - seen.get(fn, set())
+        if missing:
+            raise pytest.UsageError(
+                f"slow_cases on {fn.__module__}.{fn.__qualname__} names cases it does not "
+                f"have: {sorted(missing)}; use the ids in brackets of its node ids "
+                "(`pytest --collect-only -q`)."
+            )

@@ -59,6 +59,7 @@ def test_reads_symmetrized_input(rng, backend):
     np.testing.assert_allclose(L, np.linalg.cholesky(a), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.slow_cases("tiled")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_batch_shapes_and_vmap(rng, backend):
     a = random_spd(rng, 10, batch=(2, 3))
@@ -78,6 +79,7 @@ def _loss_fn(chol, w):
     return lambda a: jnp.sum(jnp.sin(chol(a)) * w) + jnp.sum(jnp.log(jnp.diagonal(chol(a))))
 
 
+@pytest.mark.slow_cases("300-64-tiled", "300-64-xla", "33-8-tiled", "33-8-xla", "64-16-xla")
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     "n, tile",
@@ -104,6 +106,7 @@ def test_forward_mode_equals_jax(rng, backend):
     np.testing.assert_allclose(ours, theirs, rtol=1e-11, atol=1e-11)
 
 
+@pytest.mark.slow_cases("4-2-xla", "9-4-tiled", "9-4-xla")
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("n, tile", [(4, 2), (9, 4)])
 def test_check_grads_orders_1_and_2(rng, backend, n, tile):
@@ -112,6 +115,7 @@ def test_check_grads_orders_1_and_2(rng, backend, n, tile):
     check_grads(f, (a,), order=2, modes=("fwd", "rev"), eps=1e-4)
 
 
+@pytest.mark.slow_cases("xla")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_hessian_equals_jax(rng, backend):
     n = 6
@@ -122,6 +126,7 @@ def test_hessian_equals_jax(rng, backend):
     np.testing.assert_allclose(h1, h2, rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.slow_cases("xla")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_grad_of_vmap_and_jit(rng, backend):
     a = random_spd(rng, 12, batch=(4,))
@@ -139,6 +144,7 @@ def test_grad_of_vmap_and_jit(rng, backend):
     np.testing.assert_allclose(g, g2, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_float32_gradient(rng):
     a = random_spd(rng, 40, dtype=np.float32)
     w = rng.standard_normal((40, 40)).astype(np.float32)

@@ -55,6 +55,7 @@ def no_temp_files(d: pathlib.Path) -> bool:
     return not [p for p in os.listdir(d) if p.startswith((".tmp-", ".gpchol-probe-"))]
 
 
+@pytest.mark.slow
 def test_fit_default_co2_then_predict(
     in_tmp: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

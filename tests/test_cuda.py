@@ -656,6 +656,7 @@ FORWARD_CASES = [  # (n, tile); tile 0 = one library potrf per matrix
 ]  # fmt: skip
 
 
+@pytest.mark.slow_cases("1-0-float32")
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("n", "tile"), FORWARD_CASES)
 def test_emulated_forward(emu, rng, dtype, n, tile):
@@ -702,6 +703,7 @@ def test_emulated_status(emu, rng, dtype, kind):
             assert np.isfinite(L[b]).all() and _residual_ratio(a[b], L[b]) < 30
 
 
+@pytest.mark.slow_cases("37-8-float64")
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("n", "block"), [(1, 0), (2, 1), (5, 2), (37, 8), (64, 16),
                                           (100, 37), (130, 0), (70, 200), (96, 32)])  # fmt: skip
@@ -728,6 +730,7 @@ def test_emulated_adjoint(emu, rng, dtype, n, block):
         assert _rel(g, ref) < 5 * RTOL[dt]
 
 
+@pytest.mark.slow_cases("float64")
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_emulated_small_kernels_at_their_limit(emu, rng, dtype):
     n = cuda_ffi.small_max_n(dtype)
@@ -892,6 +895,7 @@ def _xla_adjoint(a, Lbar):
     return np.asarray(_xla_cholesky_vjp(jnp.asarray(a), jnp.asarray(Lbar)))
 
 
+@pytest.mark.slow
 def test_helpers_of_gpu_tests_compile_once_per_configuration(monkeypatch, request, rng):
     """The GPU tests' helpers compile one XLA program per distinct configuration (helper,
     tile, method, shape, dtype) and reuse it. Checked on any device, with JAX stand-ins

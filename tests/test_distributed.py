@@ -41,6 +41,13 @@ def _put(a, mesh, spec=("r", "c")):
     return jax.device_put(a, NamedSharding(mesh, P(*spec)))
 
 
+@pytest.mark.slow_cases(
+    "shape1-200-32-float64",
+    "shape2-512-64-float32",
+    "shape3-200-30-float64",
+    "shape4-1000-125-float64",
+    "shape5-64-8-float32",
+)
 @pytest.mark.parametrize("shape,n,T,dtype", FACTOR_CASES)
 def test_factor_solve_logdet(rng, shape, n, T, dtype):
     mesh = _mesh(shape)
@@ -61,6 +68,7 @@ def test_factor_solve_logdet(rng, shape, n, T, dtype):
     np.testing.assert_allclose(ld, np.linalg.slogdet(A.astype(np.float64))[1], rtol=tol * 10)
 
 
+@pytest.mark.slow_cases("shape1-200-40", "shape2-64-8")
 @pytest.mark.parametrize("shape,n,T", [((2, 2), 64, 16), ((2, 4), 200, 40), ((8, 1), 64, 8)])
 def test_gradients_match_single_device(rng, shape, n, T):
     mesh = _mesh(shape)
@@ -91,6 +99,7 @@ def test_gradients_match_single_device(rng, shape, n, T):
     np.testing.assert_allclose(g, jax.grad(f_gp)(jnp.asarray(A)), atol=1e-9)
 
 
+@pytest.mark.slow
 def test_jvp_matches_single_device(rng):
     mesh = _mesh((4, 2))
     n, T = 64, 8
@@ -117,6 +126,7 @@ def test_jvp_matches_single_device(rng):
     np.testing.assert_allclose(t, t_ref, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_jit_and_shardmap_entry_points(rng):
     mesh = _mesh((2, 2))
     n, T = 64, 16
@@ -165,6 +175,7 @@ def test_one_axis_shardings(rng, spec):
     np.testing.assert_allclose(L, np.linalg.cholesky(A), atol=1e-10)
 
 
+@pytest.mark.slow
 def test_donation_frees_input(rng):
     mesh = _mesh((2, 2))
     a = _put(random_spd(rng, 64), mesh)
@@ -176,6 +187,7 @@ def test_donation_frees_input(rng):
     assert not b.is_deleted()
 
 
+@pytest.mark.slow
 def test_not_positive_definite_status_and_nan(rng):
     mesh = _mesh((2, 2))
     n = 64
@@ -190,6 +202,7 @@ def test_not_positive_definite_status_and_nan(rng):
     assert int(status) == 38
 
 
+@pytest.mark.slow
 def test_hlo_has_no_full_matrix_collective():
     mesh = _mesh((2, 4))
     n, T = 512, 32
@@ -212,6 +225,7 @@ def _collective_result_elements(txt):
     return out
 
 
+@pytest.mark.slow
 def test_gaussian_log_likelihood_value_and_grad(rng):
     mesh = _mesh((2, 4))
     n = 48
@@ -248,6 +262,7 @@ def test_gaussian_log_likelihood_value_and_grad(rng):
     np.testing.assert_allclose(v2, vr, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_gaussian_log_likelihood_any_n_and_all_gradients(rng):
     """n = 203 on 2x4 (divisible by neither axis): value and gradients wrt every input,
     with per-point noise and a prior mean (whose gradient reaches X too)."""
@@ -283,6 +298,7 @@ def test_gaussian_log_likelihood_bad_noise_and_mean(rng):
         gd.gaussian_log_likelihood(k, k, X, y, 0.1, mesh, mean=lambda X: X[:3, 0])
 
 
+@pytest.mark.slow
 def test_gaussian_log_likelihood_gradient_memory_is_per_device():
     """The compiled value-and-gradient keeps O(n^2 / P) per device, no n x n buffer.
 
@@ -350,6 +366,7 @@ def test_bad_input(rng):
 # ------------------------------------------------------------------ issue 14, item 6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("axis_type", ["explicit", "auto"])
 def test_unsharded_traced_input_is_placed(rng, axis_type):
     """An unsharded array inside the caller's ``jit`` or ``grad`` is placed on the mesh as
@@ -383,6 +400,7 @@ def test_unsharded_traced_input_is_placed(rng, axis_type):
         np.testing.assert_allclose(jax.grad(f)(A), g_ref, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_eager_calls_run_jitted_and_cached(rng):
     """Eager (un-jitted) calls run one cached jitted program: the kernel function is traced
     on the first call only (it ran op by op: 70-95 s at n = 30 on 2x4, issue 14)."""

@@ -71,6 +71,7 @@ def case(request):
     return dict(mesh=mesh, post=post, X=X, y=y, noise=noise, Xs=Xs, ref=ref, rng=rng)
 
 
+@pytest.mark.slow_cases("1x8", "2x4")
 def test_factor_stays_in_its_sharded_tiles(case):
     post, mesh = case["post"], case["mesh"]
     assert int(post.status) == 0
@@ -82,6 +83,7 @@ def test_factor_stays_in_its_sharded_tiles(case):
     np.testing.assert_allclose(post.log_marginal_likelihood, case["ref"][2], rtol=RTOL)
 
 
+@pytest.mark.slow_cases("1x8", "4x2")
 def test_mean_and_variance_match_one_device(case):
     post, Xs = case["post"], case["Xs"]
     mu, var, _ = case["ref"]
@@ -93,6 +95,7 @@ def test_mean_and_variance_match_one_device(case):
     _close(post.variance(Xs, include_noise=True, noise=0.05), var + 0.05)
 
 
+@pytest.mark.slow_cases("1x8")
 def test_training_inputs_and_heteroscedastic_noise(case):
     post, X, noise = case["post"], case["X"], case["noise"]
     if post.setup.grid.Pr != 4:  # one mesh is enough (each is another compile)
@@ -107,6 +110,7 @@ def test_training_inputs_and_heteroscedastic_noise(case):
         post.variance(case["Xs"], include_noise=True)
 
 
+@pytest.mark.slow_cases("1x8")
 def test_jit_and_block_size(case):
     """Under the caller's jit (the posterior is a pytree) and with another block size."""
     post, Xs = case["post"], case["Xs"]
@@ -137,6 +141,7 @@ def test_one_additive_component(case):
     _close(v, var)
 
 
+@pytest.mark.slow_cases("2x4")
 def test_covariance_and_samples_match_one_device(case):
     """The posterior core's covariance and joint samples, which every posterior shares:
     ``k(Xs, Xs) - Ks^T K^-1 Ks`` (+ noise on the diagonal), and samples equal to the

@@ -55,6 +55,7 @@ def test_mvn_logpdf_python_scalar_mean_keeps_float32(rng, mean):
     assert g.dtype == np.float32
 
 
+@pytest.mark.slow
 def test_mvn_logpdf_arrays_still_promote(rng):
     """Arrays of different dtypes promote as in JAX (only Python numbers are weak)."""
     n = 4
@@ -88,6 +89,7 @@ def test_linalg_results_keep_float32(rng):
     assert gpchol.cho_inverse(L).dtype == np.float32
 
 
+@pytest.mark.slow
 def test_gp_with_python_scalar_parameters_keeps_float32(rng):
     """Kernel parameters, noise and mean given as Python numbers do not promote."""
     n = 7
@@ -231,6 +233,7 @@ def test_singular_covariance_is_reported_and_warned_once(dtype):
     assert float(post.diagnostics().rcond) == pytest.approx(float(d.rcond), rel=1e-6)
 
 
+@pytest.mark.slow_cases("float64")
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_singular_covariance_inside_jit_grad_vmap_is_silent(dtype):
     gp, y = _singular_gp(dtype)

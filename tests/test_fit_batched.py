@@ -54,6 +54,7 @@ def alone(x, y, **kw):
 # ------------------------------------------------------------------ same as gpchol.fit
 
 
+@pytest.mark.slow
 def test_equal_sizes_match_fit_per_problem(rng):
     """Groups of 2 vmapped problems (and a remainder of 1); unequal sizes and the other
     tests run the default, one problem per group."""
@@ -79,6 +80,7 @@ def test_equal_sizes_match_fit_per_problem(rng):
         np.testing.assert_allclose(res.log_marginal_likelihood[b], -ref.loss, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_unequal_sizes_padded_match_separate_fits(rng):
     X, y = data(rng, [14, 6, 10])
     res = fit_batched(build, P0, X, y, transforms=T, steps=80, progress=False)
@@ -91,6 +93,7 @@ def test_unequal_sizes_padded_match_separate_fits(rng):
             np.testing.assert_allclose(res.params[k][b], ref.params[k], rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("n", "n_real"), [(5, 5), (9, 4), (16, 1), (30, 17)])
 def test_padded_likelihood_is_the_unpadded_one(rng, n, n_real):
     x = rng.uniform(-2.0, 2.0, (n, 2))
@@ -125,6 +128,7 @@ def test_padded_likelihood_is_the_unpadded_one(rng, n, n_real):
 # -------------------------------------------------------------------------- divergence
 
 
+@pytest.mark.slow
 def test_diverging_problems_are_marked_failed_and_the_others_finish(rng):
     """Adam with a step of 1 on an unconstrained noise: the noise-free problem drives its
     noise below zero (non-finite loss); the NaN problem fails at once; the noisy one finishes."""
@@ -155,6 +159,7 @@ def test_diverging_problems_are_marked_failed_and_the_others_finish(rng):
 # ------------------------------------------------------------------ checkpoint / resume
 
 
+@pytest.mark.slow
 def test_checkpoint_resume_gives_the_uninterrupted_result(rng, tmp_path, monkeypatch):
     X, y = data(rng, [10, 7])
     kw = {"transforms": T, "optimizer": "adam", "learning_rate": 0.1, "steps": 12}
@@ -186,6 +191,7 @@ def test_checkpoint_resume_gives_the_uninterrupted_result(rng, tmp_path, monkeyp
         fit_batched(build, P0, X, y2, progress=False, checkpoint=ck, checkpoint_every=4, **kw)
 
 
+@pytest.mark.slow
 def test_resuming_a_finished_checkpoint_returns_its_result(rng, tmp_path):
     X, y = data(rng, [9, 9])
     kw = {"transforms": T, "steps": 30, "progress": False, "checkpoint": tmp_path / "b"}
@@ -198,6 +204,7 @@ def test_resuming_a_finished_checkpoint_returns_its_result(rng, tmp_path):
         np.testing.assert_array_equal(again.params[k], first.params[k])
 
 
+@pytest.mark.slow
 def test_float32_problems_keep_float32_losses(rng):
     X, y = data(rng, [10, 10])
     Xs, ys = np.stack(X).astype(np.float32), np.stack(y).astype(np.float32)
@@ -299,6 +306,7 @@ def cli(capsys, *args):
     return rc, out, err
 
 
+@pytest.mark.slow
 def test_cli_group_fits_one_model_per_group(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     rng = np.random.default_rng(1)

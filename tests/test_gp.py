@@ -150,6 +150,7 @@ def test_gradient_wrt_the_gp_pytree(data):
     assert g.X.shape == X.shape
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [300, 513])
 def test_lean_core_matches_jax_default_rules(rng, n):
     """n > 256: the kernel contraction over tiles of the lower triangle (n = 300: three
@@ -181,6 +182,7 @@ def test_lean_core_matches_jax_default_rules(rng, n):
     np.testing.assert_allclose(t, proj, rtol=1e-8)
 
 
+@pytest.mark.slow
 def test_lean_core_failure_and_float32(rng):
     """n >= 128 on the CPU: LAPACK's own pivot as status, NaN value; float32 works."""
     n = 150
@@ -200,6 +202,11 @@ def test_lean_core_failure_and_float32(rng):
     assert np.isfinite(float(g.kernel.lengthscale))
 
 
+@pytest.mark.slow_cases(
+    "one-value-host-lapack",
+    "schedule-retries-twice-host-lapack",
+    "schedule-retries-twice-xla-factor",
+)
 @pytest.mark.parametrize("n", [40, 150], ids=["xla-factor", "host-lapack"])
 @pytest.mark.parametrize(
     "jitter, kept",
@@ -236,6 +243,7 @@ def test_jitter_in_the_lean_core(rng, n, jitter, kept):
     assert int(bare.log_marginal_likelihood_with_status(y)[1]) == 2
 
 
+@pytest.mark.slow
 def test_status_agrees_with_factor_when_every_jitter_fails(rng):
     """n >= 128 on the CPU (host LAPACK path), float32, every jitter too small: the
     likelihood reports the same pivot as ``factor()`` (the exact search), also under vmap
@@ -319,6 +327,7 @@ def test_jit_and_grad_agree_with_eager(data):
     np.testing.assert_allclose(np.array(gj), np.array(g), rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_vmap_over_a_batch_of_gps(rng):
     B, n = 4, 25
     Xb = rng.uniform(-2, 2, (B, n, 1))
@@ -407,6 +416,7 @@ def test_bad_y_and_X():
         gp.condition(np.sin(np.arange(5.0))).mean(np.zeros((1, 1, 1)))
 
 
+@pytest.mark.slow
 def test_sharded_inputs_take_the_distributed_path(rng):
     """A GP whose X lives on a multi-device mesh uses gpchol.distributed, same numbers."""
     from jax.sharding import NamedSharding

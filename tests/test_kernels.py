@@ -301,6 +301,7 @@ def test_tiles_equal_blocks_of_full_matrix_bit_for_bit():
             raise AssertionError(f"kernel {name}: {err}") from None
 
 
+@pytest.mark.slow
 def test_tiles_equal_blocks_of_full_matrix_bit_for_bit_op_by_op():
     # without jit nothing is fused: sums of scaled kernels are exact too
     X = jnp.asarray(np.random.default_rng(5).normal(size=(11, D)), jnp.float32)
@@ -890,6 +891,7 @@ def test_distance_rule_gradients_match_difference_form_far_from_zero(rng, kind, 
         )
 
 
+@pytest.mark.slow
 def test_distance_rule_second_derivatives_match_finite_differences(x64, rng):
     # Hessian-vector products (e.g. a Laplace approximation) differentiate the rule itself
     X1 = rng.normal(size=(6, 3))
@@ -919,6 +921,7 @@ def test_jit_and_vmap(make, ref):
         np.testing.assert_allclose(np.asarray(diag[b]), np.diag(ref(X, X)), rtol=2e-5)
 
 
+@pytest.mark.slow
 def test_vmap_over_a_batch_of_kernels():
     X = jnp.asarray(np.random.default_rng(22).normal(size=(5, 2)), jnp.float32)
     lengthscales = jnp.asarray([[0.5, 1.0], [1.0, 2.0], [3.0, 0.2]], jnp.float32)

@@ -82,6 +82,7 @@ def _data(rng, n=12, d=2):
 # ------------------------------------------------------------------------- protocol
 
 
+@pytest.mark.slow
 def test_values_match_numpy_in_float64(x64, rng):
     X, Xs = _data(rng)
     ls = np.array([0.7, 1.9])
@@ -102,6 +103,7 @@ def test_values_match_numpy_in_float64(x64, rng):
     np.testing.assert_allclose(wc(X, Xs), 2.0 * ref_rbf(X, Xs, 0.8), rtol=1e-13)
 
 
+@pytest.mark.slow
 def test_user_kernel_equals_built_in_and_composes(x64, rng):
     X, Xs = _data(rng)
     mine, builtin = UserRBF(0.6), kern.ExpSquared(0.6)

@@ -176,6 +176,7 @@ def _cases():
 CASES = [pytest.param(k, ref, id=name) for name, k, ref in _cases()]
 
 
+@pytest.mark.slow_cases("changepoints-1", "spectral-mixture")
 @pytest.mark.parametrize(("k", "ref"), CASES)
 def test_matches_numpy_reference_float64(x64, rng, k, ref):
     X1, X2 = rng.uniform(0.02, 0.98, (9, 2)), rng.uniform(0.02, 0.98, (6, 2))
@@ -262,6 +263,7 @@ def _grad_cases():
     ]
 
 
+@pytest.mark.slow_cases("changepoints")
 @pytest.mark.parametrize(
     ("make", "params"), [pytest.param(m, p, id=n) for n, m, p in _grad_cases()]
 )
@@ -341,6 +343,7 @@ def test_jit_and_vmap():
     np.testing.assert_allclose(Ks[2], kern.Cosine(2.0)(X), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_input_transforms_compose_with_every_kernel(x64, rng):
     """``InputScale(k, l)`` on ``X`` is ``k`` on ``X / l``; ``Subspace`` equals the
     built-in ``active_dims``, for each built-in kernel."""

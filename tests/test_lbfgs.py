@@ -87,6 +87,7 @@ def test_direction_falls_back_to_steepest_descent(rng: np.random.Generator):
     assert float(slope) == -2.0 and bool(cleared)
 
 
+@pytest.mark.slow_cases("40")
 @pytest.mark.parametrize("p", [3, 12, 40])
 def test_quadratic_reaches_closed_form_minimum(rng: np.random.Generator, p: int):
     a = rng.standard_normal((p, p))
@@ -125,6 +126,7 @@ def test_rosenbrock_matches_scipy(dim: int):
     assert steps_to_converge <= 2 * ref.nit + 10, (steps_to_converge, ref.nit)
 
 
+@pytest.mark.slow
 def test_cached_value_is_the_loss_at_the_new_point(rng: np.random.Generator):
     w = jnp.asarray(rng.standard_normal((30, 4)))
     t = jnp.asarray(rng.integers(0, 2, 30).astype(float))
@@ -207,6 +209,7 @@ def test_nonfinite_start_is_reported_and_does_not_move():
     assert not bool(s.known)
 
 
+@pytest.mark.slow
 def test_vmap_equals_one_problem_at_a_time(rng: np.random.Generator):
     c = jnp.asarray(rng.uniform(0.5, 3.0, (3, 2)))
 

@@ -135,6 +135,7 @@ def test_value_and_posterior_match_numpy(rng, n, p, ranks, names, missing, kron,
     np.testing.assert_allclose(var_y, var + prm["noise"], atol=tol * 50)
 
 
+@pytest.mark.slow_cases("0.001")
 @pytest.mark.parametrize("jitter", [None, 1e-3])
 def test_kronecker_equals_dense(rng, jitter):
     """The Kronecker shortcut against the dense factorization: value, gradient, posterior."""
@@ -166,6 +167,7 @@ GRAD_CASES = [
 ]
 
 
+@pytest.mark.slow_cases("10-2-ranks2-names2-0.2-auto", "12-2-ranks0-names0-0.0-True")
 @pytest.mark.parametrize("n,p,ranks,names,missing,kron", GRAD_CASES)
 def test_gradients(rng, n, p, ranks, names, missing, kron):
     """check_grads (forward and reverse) wrt every parameter, the inputs and y."""
@@ -214,6 +216,7 @@ def test_degenerate_coregionalization_gradient_is_finite(rng):
     assert all(bool(np.all(np.isfinite(u))) for u in jax.tree.leaves(ga))
 
 
+@pytest.mark.slow_cases("True")
 @pytest.mark.parametrize("kron", [True, False])
 def test_jit_vmap_grad(rng, kron):
     X, _, _, prm, names = make_problem(rng, 10, 2, (1,), ("expsq",), 0.0)
@@ -368,6 +371,7 @@ def np_covariance(prm, names, X, mask, Xs):
     return np.transpose(C.reshape(p, m, p, m), (1, 0, 3, 2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n,p,ranks,names,missing,kron", CASES)
 def test_covariance_and_samples_match_numpy(rng, n, p, ranks, names, missing, kron):
     X, y, mask, prm, names = make_problem(rng, n, p, ranks, names, missing)
@@ -414,6 +418,7 @@ def test_covariance_and_samples_match_numpy(rng, n, p, ranks, names, missing, kr
 # ------------------------------------------------- behaviour shared with every posterior
 
 
+@pytest.mark.slow_cases("kronecker")
 @pytest.mark.parametrize("kron", [True, False], ids=["kronecker", "dense"])
 def test_posterior_runs_in_blocks(rng, kron):
     """Many test points take several blocks of the posterior core (the default block of
@@ -435,6 +440,7 @@ def test_posterior_runs_in_blocks(rng, kron):
     np.testing.assert_allclose(var[pick], v, atol=TOL[np.float64] * 50, rtol=0)
 
 
+@pytest.mark.slow
 def test_posterior_input_checks(rng):
     """The posterior core's checks of the test inputs: NaN rows, columns, empty."""
     X, y, _, prm, names = make_problem(rng, 8, 2, (1,), ("expsq",), 0.0)

@@ -46,6 +46,17 @@ def _rel(a, b):
     return np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-300))
 
 
+@pytest.mark.slow_cases(
+    "shapes0-covariance_matrix",
+    "shapes0-precision_matrix",
+    "shapes0-scale_tril",
+    "shapes2-covariance_matrix",
+    "shapes2-precision_matrix",
+    "shapes2-scale_tril",
+    "shapes3-covariance_matrix",
+    "shapes3-precision_matrix",
+    "shapes3-scale_tril",
+)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("shapes", SHAPES)
 def test_log_prob_shapes_moments_match_numpyro(rng, kind, shapes):
@@ -73,6 +84,7 @@ def test_log_prob_shapes_moments_match_numpyro(rng, kind, shapes):
     )
 
 
+@pytest.mark.slow_cases("covariance_matrix", "precision_matrix")
 @pytest.mark.parametrize("kind", KINDS)
 def test_gradients_match_numpyro(rng, kind):
     loc = rng.standard_normal(N)
@@ -88,6 +100,7 @@ def test_gradients_match_numpyro(rng, kind):
     np.testing.assert_allclose(g[1], g_ref[1], rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.slow_cases("5")
 @pytest.mark.parametrize("n", [5, 150])
 def test_whole_likelihood_path_matches_numpyro(rng, monkeypatch, request, n):
     """One observation per (traced) covariance takes the whole-likelihood rule on the CPU.
@@ -162,6 +175,7 @@ def test_validate_args_and_bad_arguments(rng):
     gnp.MultivariateNormal(np.zeros(2), bad, validate_args=False)  # not checked
 
 
+@pytest.mark.slow
 def test_non_pd_gives_minus_inf_and_zero_gradients(rng):
     good = random_spd(rng, 4)
     bad = good.copy()
@@ -196,6 +210,7 @@ def test_non_pd_gives_minus_inf_and_zero_gradients(rng):
     assert p.log_prob(x) == -np.inf
 
 
+@pytest.mark.slow
 def test_pytree_jit_vmap_expand(rng):
     cov = random_spd(rng, N, (3,))
     loc = rng.standard_normal((3, N))
@@ -242,6 +257,7 @@ def _hyper_model(mvn, X, y):
     numpyro.sample("y", mvn(jnp.zeros(X.shape[0]), cov), obs=y)
 
 
+@pytest.mark.slow
 def test_gp_marginal_matches_dense_mvn(rng):
     X, y = _gp_data(12)
     k = 1.5 * kernels.ExpSquared(0.7)
@@ -269,6 +285,7 @@ def test_gp_marginal_matches_dense_mvn(rng):
     assert bad.log_prob(np.zeros(3)) == -np.inf
 
 
+@pytest.mark.slow
 def test_latent_gp():
     X = np.linspace(0.0, 1.0, 8)
 
@@ -289,6 +306,7 @@ def test_latent_gp():
     assert ld_bad == -np.inf
 
 
+@pytest.mark.slow
 def test_mesh_path_with_gpchol_distributed():
     mesh = jax.make_mesh((2, 2), ("r", "c"))
     X = np.linspace(0.0, 1.0, 16)
@@ -326,6 +344,7 @@ def _run_nuts(mvn, X, y, seed):
     return mcmc.get_samples(group_by_chain=True)
 
 
+@pytest.mark.slow
 def test_nuts_posterior_matches_numpyro():
     X, y = _gp_data(30)
     ours = _run_nuts(gnp.MultivariateNormal, X, y, 1)
@@ -339,6 +358,7 @@ def test_nuts_posterior_matches_numpyro():
         assert numpyro.diagnostics.split_gelman_rubin(a) < 1.1
 
 
+@pytest.mark.slow
 def test_svi_autonormal_decreases_elbo():
     X, y = _gp_data(30, seed=3)
     model = _make_model(gnp.MultivariateNormal)
@@ -382,6 +402,7 @@ PREDICTIVE_CASES = [
 ]
 
 
+@pytest.mark.slow_cases("0", "1")
 @pytest.mark.parametrize("case", range(len(PREDICTIVE_CASES)))
 def test_predictive_parameters_match_rw_alg21(rng, case):
     k, d, per_point, include_noise, test_noise, joint, jitter = PREDICTIVE_CASES[case]
@@ -432,6 +453,7 @@ def test_predictive_parameters_match_rw_alg21(rng, case):
     np.testing.assert_allclose(post.mean(Xs), mu_ref, rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.slow_cases("True")
 @pytest.mark.parametrize("joint", [True, False])
 def test_predictive_of_one_additive_component(rng, joint):
     """kernel=part: f_p(Xs) | y ~ N(k_p(Xs, X) alpha, k_p(Xs, Xs) - k_p(Xs, X) K^-1 k_p(X, Xs))."""
@@ -469,6 +491,7 @@ def _predictive_model(X, y=None, Xs=None, joint=True):
         gp.predict("y_star", y, Xs, include_noise=True, joint=joint)
 
 
+@pytest.mark.slow_cases("True")
 @pytest.mark.parametrize("parallel", [False, True])
 def test_predict_in_predictive_over_posterior_draws(rng, parallel):
     X, y = _gp_data(12)
@@ -501,6 +524,7 @@ def test_predict_in_predictive_over_posterior_draws(rng, parallel):
     assert np.all(np.isfinite(prior["y_star"]))
 
 
+@pytest.mark.slow
 def test_predict_draws_have_the_predictive_moments():
     """Many draws of one hyperparameter value: empirical moments of the vmapped site."""
     X, y = _gp_data(10)
@@ -519,6 +543,7 @@ def test_predict_draws_have_the_predictive_moments():
     np.testing.assert_array_less(np.abs(np.cov(s.T) - cov_ref), 5.0 * se)
 
 
+@pytest.mark.slow
 def test_predictive_jit_grad_and_failure(rng):
     X, y = _gp_data(10)
     Xs = np.array([0.5, 1.5, 4.0])
@@ -563,6 +588,7 @@ def test_predictive_jit_grad_and_failure(rng):
         assert p.event_shape == (0,) and p.sample(jax.random.PRNGKey(0), (2,)).shape == (2, 0)
 
 
+@pytest.mark.slow
 def test_predictive_bad_arguments():
     X, y = _gp_data(8)
     gp = gnp.GaussianProcessMarginal(kernels.ExpSquared(0.8), X, noise=0.05)
@@ -628,6 +654,7 @@ def test_signature_and_class_attributes_are_numpyros():
     )
 
 
+@pytest.mark.slow_cases("covariance_matrix", "precision_matrix")
 @pytest.mark.parametrize("kind", KINDS)
 def test_positional_arguments_match_numpyro(rng, kind):
     loc = rng.standard_normal((2, N))
@@ -699,6 +726,7 @@ def test_vmap_over_maps_every_matrix_attribute(rng, kind, axis):
             np.testing.assert_allclose(props[prop][i], getattr(ref, prop), rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_gp_marginal_follows_numpyro_conventions(rng):
     from numpyro.distributions.batch_util import vmap_over
 

@@ -104,6 +104,7 @@ def kernel_table(rng: np.random.Generator, dtype: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------------ round trips
 
 
+@pytest.mark.slow_cases("float32")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_every_kernel_round_trips_bit_exactly(
     dtype: Any, rng: np.random.Generator, tmp_path: pathlib.Path

@@ -112,6 +112,7 @@ def test_lean_condition_matches_dense_factor(problem):
     assert int(post.status) == 0 and float(post.jitter_used) == 0.0
 
 
+@pytest.mark.slow
 def test_host_lapack_size(rng):
     """n >= 128 takes the in-place host factorization on the CPU; same numbers."""
     n = 140
@@ -194,6 +195,7 @@ def test_vmap_and_jit_of_predictions(problem):
         np.testing.assert_allclose(var[i], np.diag(cov), rtol=1e-8, atol=1e-11)
 
 
+@pytest.mark.slow_cases("device")
 @pytest.mark.parametrize("n", [12, 130], ids=["device", "host-lapack"])
 def test_grad_of_predictions(rng, n):
     X = rng.uniform(-2, 2, (n, 1))
@@ -273,6 +275,7 @@ def test_large_m_runs_in_blocks(rng):
     assert isinstance(post, Posterior)
 
 
+@pytest.mark.slow
 def test_cli_co2_component_curves():
     """The CLI plot's curves (one jitted program): components that add up to the whole."""
     from gpchol.cli.model import Model

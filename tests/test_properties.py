@@ -110,6 +110,7 @@ def linalg_program(backend):
     return jax.jit(run)
 
 
+@pytest.mark.slow
 @prop(30)
 @given(seed=SEEDS, shape=SHAPES, dtype=DTYPES, backend=BACKENDS)
 def test_cholesky_solve_logdet_match_numpy(seed, shape, dtype, backend):
@@ -137,6 +138,7 @@ def test_cholesky_solve_logdet_match_numpy(seed, shape, dtype, backend):
     assert np.allclose(np.asarray(ld, np.float64), ref_ld, rtol=tol, atol=tol * max(n, 1))
 
 
+@pytest.mark.slow
 @prop(30)
 @given(seed=SEEDS, n=st.sampled_from([1, 2, 5, 8]), exponent=st.integers(-150, 150))
 def test_scale_invariance_float64(seed, n, exponent):
@@ -155,6 +157,7 @@ def test_scale_invariance_float64(seed, n, exponent):
         assert np.isclose(ld, np.linalg.slogdet(a)[1], rtol=1e-10, atol=1e-8)
 
 
+@pytest.mark.slow
 @prop(30)
 @given(seed=SEEDS, n=st.sampled_from([1, 2, 5, 8]), exponent=st.integers(-150, 150))
 def test_scale_status_float32_is_lapack_info(seed, n, exponent):
@@ -174,6 +177,7 @@ def test_scale_status_float32_is_lapack_info(seed, n, exponent):
             assert res < 50 * n * EPS[np.float32], (backend, exponent, res)
 
 
+@pytest.mark.slow
 @prop(30)
 @given(
     seed=SEEDS,
@@ -204,6 +208,7 @@ def test_non_finite_entries_status_is_lapack_info(seed, n, dtype, backend, entri
         assert np.isnan(lp)
 
 
+@pytest.mark.slow
 @prop(20)
 @given(
     seed=SEEDS,
@@ -237,6 +242,7 @@ def test_failing_factorizations_under_vmap(seed, n, dtype, fails):
 # ------------------------------------------------------------- Gaussian densities
 
 
+@pytest.mark.slow
 @prop(25)
 @given(seed=SEEDS, shape=SHAPES, dtype=DTYPES, mean_scalar=st.booleans())
 def test_mvn_logpdf_matches_numpy(seed, shape, dtype, mean_scalar):
@@ -342,6 +348,7 @@ def assert_clean_cli(rc, out, err):
         assert "internal error" not in errors[0], err
 
 
+@pytest.mark.slow
 @prop(25)
 @given(
     csv=csv_files(),

@@ -77,6 +77,7 @@ def test_bad_bucket_is_a_clear_error(rng, bad) -> None:
         _fit(X, y, bucket=bad)
 
 
+@pytest.mark.slow_cases("1", "200", "257", "33", "511")
 @pytest.mark.parametrize("n", [1, 31, 32, 33, 64, 200, 256, 257, 511, 512, 513])
 def test_padded_rows_change_no_value_or_gradient(rng, n) -> None:
     """The padded likelihood (bucket rows masked) against the unpadded lean core, at bucket
@@ -346,6 +347,7 @@ def _eager_models(rng, n):
     ]
 
 
+@pytest.mark.slow_cases("sgpr")
 @pytest.mark.parametrize("model", [0, 1], ids=["exact", "sgpr"])
 def test_eager_likelihood_and_gradient_compile_once_per_structure(rng, model) -> None:
     """Called eagerly (no jit of the caller's), the likelihood and its gradient run as
@@ -382,6 +384,7 @@ def _linalg_calls(rng, n=24):
     S = jnp.asarray(A @ A.T + n * np.eye(n))
     L = jnp.linalg.cholesky(S)
     b = jnp.asarray(rng.standard_normal(n))
+    mean = jnp.zeros(n)  # made here: an eager jnp.zeros in the call would compile a program
     return {
         "cholesky": (gpchol.cholesky, S),
         "cholesky-jitter": (lambda s: gpchol.cholesky(s, jitter=(0.0, 1e-6)), S),
@@ -389,7 +392,7 @@ def _linalg_calls(rng, n=24):
         "solve_triangular": (lambda f: gpchol.solve_triangular(f, b, transpose=True), L),
         "logdet": (gpchol.logdet, L),
         "cho_inverse": (gpchol.cho_inverse, L),
-        "mvn_logpdf": (lambda s: gpchol.mvn_logpdf(b, jnp.zeros(n), s), S),
+        "mvn_logpdf": (lambda s: gpchol.mvn_logpdf(b, mean, s), S),
     }
 
 
@@ -427,6 +430,7 @@ def _padded(X, y, size, rng):
     return Xp, yp, np.arange(size) < n
 
 
+@pytest.mark.slow_cases("33-64-None", "40-64-1e-06")
 @pytest.mark.parametrize("n, size, jitter", [(30, 32, None), (33, 64, None), (40, 64, 1e-6)])
 def test_masked_posterior_equals_the_unpadded_one(rng, n, size, jitter) -> None:
     X, y = _data(rng, n)
@@ -457,6 +461,7 @@ def test_masked_posterior_equals_the_unpadded_one(rng, n, size, jitter) -> None:
     assert bool(db.singular) == bool(da.singular)
 
 
+@pytest.mark.slow
 def test_masked_gradient_equals_the_unpadded_one(rng) -> None:
     X, y = _data(rng, 45)
     Xp, yp, mask = _padded(X, y, 64, rng)
@@ -560,6 +565,7 @@ print(json.dumps(names))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0])
 def test_fresh_estimator_compiles_its_programs_alone(seed, tmp_path) -> None:
     """In a fresh process, an estimator's first fit compiles two programs (the value and

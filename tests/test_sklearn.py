@@ -56,6 +56,7 @@ KERNELS = {
 }
 
 
+@pytest.mark.slow_cases("rbf-ard+white-False")
 @pytest.mark.parametrize("normalize_y", [False, True])
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_same_numbers_as_scikit_learn(
@@ -324,6 +325,7 @@ SK_KERNELS = {
 }
 
 
+@pytest.mark.slow_cases("expsinesquared-3")
 @pytest.mark.parametrize("d", [1, 3])
 @pytest.mark.parametrize("name", list(SK_KERNELS))
 def test_sklearn_kernels_translate_to_the_same_values(
@@ -358,6 +360,7 @@ def _outputs(out: Any) -> tuple[np.ndarray, ...]:
     return out if isinstance(out, tuple) else (out,)
 
 
+@pytest.mark.slow_cases("False")
 @pytest.mark.parametrize("normalize_y", [False, True])
 def test_sklearn_kernel_same_numbers_as_scikit_learn(
     normalize_y: bool, rng: np.random.Generator
@@ -466,6 +469,7 @@ def test_fixed_bounds_and_restarts_with_sklearn_kernels(rng: np.random.Generator
     assert lmls[2] >= lmls[1] - 1e-9 and lmls[1] >= lmls[0] - 1e-9
 
 
+@pytest.mark.slow
 def test_multi_target_shares_one_kernel(rng: np.random.Generator) -> None:
     X, y = data(rng, n=18)
     Y = np.c_[y, 2.0 * y, -y + 1.0]

@@ -75,6 +75,7 @@ def lml_jax(theta, X, y):
     return -0.5 * z @ z - jnp.sum(jnp.log(jnp.diag(L))) - 0.5 * n * np.log(2 * np.pi)
 
 
+@pytest.mark.slow_cases("2", "32")
 @pytest.mark.parametrize("n", [2, HOST_MIN_N - 1, HOST_MIN_N])
 def test_hessian_equals_jax_rules(rng, n):
     """Second order (differentiating the whole-likelihood rule and its LAPACK call)."""

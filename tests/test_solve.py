@@ -45,6 +45,7 @@ def test_solve_triangular_batched_broadcast(rng):
     np.testing.assert_allclose(x2, np.linalg.solve(L[0], B), rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_solve_triangular_grads(rng):
     L = _lower(rng, 5)
     b = rng.standard_normal((5, 2))
@@ -56,6 +57,7 @@ def test_solve_triangular_grads(rng):
     )
 
 
+@pytest.mark.slow_cases("rhs0")
 @pytest.mark.parametrize("rhs", [(), (4,)])
 def test_cho_solve_and_logdet(rng, rhs):
     n = 30
@@ -139,6 +141,7 @@ def test_potri_handler_small_loops_and_lapack(rng, dtype, n):
     np.testing.assert_array_equal(out[0], inv[0])
 
 
+@pytest.mark.slow
 def test_cho_inverse_lapack_grads_and_failure(rng):
     """The LAPACK inverse is differentiable to second order; a NaN factor gives NaN."""
     from gpchol._internal import cho_inverse_tiled, host_lapack
@@ -164,6 +167,7 @@ def test_cho_inverse_lapack_grads_and_failure(rng):
     assert np.all(np.isnan(jax.jit(gpchol.cho_inverse)(bad)))
 
 
+@pytest.mark.slow_cases("False")
 @pytest.mark.parametrize("compiled", [True, False])
 def test_host_lapack_compiled_and_xla_fallback(rng, monkeypatch, request, compiled):
     """The compiled LAPACK handlers and the XLA operations used where they are not built
@@ -215,6 +219,7 @@ def _scipy_logpdf(y, mean, cov):
     return sst.multivariate_normal(mean, cov).logpdf(y)
 
 
+@pytest.mark.slow_cases("120-32-composed", "200-64-composed")
 @pytest.mark.parametrize("gradient", ["composed", "whole"])
 @pytest.mark.parametrize("n, tile", [(1, None), (7, 3), (120, 32), (200, 64)])
 def test_mvn_logpdf_value_and_grad(rng, gradient, n, tile):
@@ -237,6 +242,7 @@ def test_mvn_logpdf_value_and_grad(rng, gradient, n, tile):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gradient", ["composed", "whole"])
 def test_mvn_logpdf_check_grads(rng, gradient):
     n = 6
@@ -246,6 +252,7 @@ def test_mvn_logpdf_check_grads(rng, gradient):
     check_grads(f, (y, mu, cov), order=2, modes=("fwd", "rev"))
 
 
+@pytest.mark.slow_cases("composed")
 @pytest.mark.parametrize("gradient", ["composed", "whole"])
 def test_mvn_logpdf_broadcasting(rng, gradient):
     n = 8

@@ -107,6 +107,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow_cases("150-10-1-7-True", "301-25-3-64-False", "64-64-2-16-False")
 @pytest.mark.parametrize("n,M,d,block,perpoint", CASES)
 def test_bound_and_gradient_match_reference(rng, n, M, d, block, perpoint):
     X, y, Z = _data(rng, n, M, d)
@@ -130,6 +131,7 @@ def test_bound_and_gradient_match_reference(rng, n, M, d, block, perpoint):
         assert _rel(got, g[name]) < RTOL[np.float64], name
 
 
+@pytest.mark.slow
 def test_gradients_by_finite_differences(rng):
     X, y, Z = _data(rng, 40, 6, 2)
     f = lambda ls, noise, Z: _elbo(ls, 1.1, noise, Z, X, y, block_size=16)  # noqa: E731
@@ -151,6 +153,7 @@ def test_float32(rng):
     assert _rel(value, F) < RTOL[np.float32]
 
 
+@pytest.mark.slow
 def test_block_size_changes_nothing(rng):
     X, y, Z = _data(rng, 97, 9, 2)
     f = jax.value_and_grad(_elbo, argnums=(0, 2, 3))
@@ -161,6 +164,7 @@ def test_block_size_changes_nothing(rng):
             assert _rel(a, r) < 1e-12, b
 
 
+@pytest.mark.slow
 def test_equals_exact_likelihood_when_inducing_inputs_are_the_data(rng):
     # Z = X: Qff = Kff, the trace term vanishes and the bound is log p(y) exactly, for
     # every hyperparameter (so its gradient is the exact one too)
@@ -183,6 +187,7 @@ def test_equals_exact_likelihood_when_inducing_inputs_are_the_data(rng):
     assert float(_elbo(0.4, 1.2, 0.05, X[::3], X, y)) < float(exact(0.4, 0.05))
 
 
+@pytest.mark.slow
 def test_jit_grad_vmap_compositions(rng):
     X, y, Z = _data(rng, 60, 7, 2)
     g = jax.grad(_elbo, argnums=(0, 2))
@@ -197,6 +202,7 @@ def test_jit_grad_vmap_compositions(rng):
     assert np.isfinite(float(h))
 
 
+@pytest.mark.slow
 def test_fixed_inducing_inputs_get_no_gradient(rng):
     X, y, Z = _data(rng, 50, 5, 2)
     gz = jax.grad(_elbo, argnums=3)(0.7, 1.0, 0.1, Z, X, y)
@@ -205,6 +211,7 @@ def test_fixed_inducing_inputs_get_no_gradient(rng):
     assert float(jnp.max(jnp.abs(gz0))) == 0.0
 
 
+@pytest.mark.slow
 def test_elbo_with_status_and_check(rng):
     X, y, _ = _data(rng, 30, 4, 1)
     Z = np.array([[0.5], [0.5], [1.0]])  # a duplicated inducing input: Kuu is singular
@@ -225,6 +232,7 @@ def test_elbo_with_status_and_check(rng):
 # ------------------------------------------------------------------ the posterior
 
 
+@pytest.mark.slow
 def test_posterior_matches_reference(rng):
     X, y, Z = _data(rng, 150, 15, 2)
     Xs = rng.uniform(-0.5, 3.5, (23, 2))
@@ -301,6 +309,7 @@ def test_rmse_within_two_percent_of_exact_at_n_8000():
 # ------------------------------------------------------------------ fitting
 
 
+@pytest.mark.slow
 def test_fit_maximises_the_bound(rng):
     X, y, _ = _data(rng, 400, 20, 2)
     Z0 = np.asarray(gpchol.inducing_points(X, 20, kernel=kernels.ExpSquared(1.0)))
@@ -343,6 +352,7 @@ def _pivoted_cholesky(K, m):
     return chosen
 
 
+@pytest.mark.slow
 def test_greedy_inducing_points_match_pivoted_cholesky(rng):
     X = rng.uniform(0.0, 4.0, (300, 2))
     k = 1.3 * kernels.ExpSquared(0.7)
@@ -434,6 +444,7 @@ def _step_temp_bytes(n, M, d=3, block=512):
     return step.lower(1.0, 0.1, Z, X, y).compile().memory_analysis().temp_size_in_bytes
 
 
+@pytest.mark.slow
 def test_step_memory_does_not_grow_with_n_times_m():
     """The compiled value-and-gradient keeps O(n) vectors (the residual and noise per row),
     never an (n, M) matrix: from n = 8192 to 65536 at M = 128 its temporaries grow by at
@@ -459,6 +470,7 @@ def _collective_elements(txt):
     return out
 
 
+@pytest.mark.slow_cases("shape0-spec0", "shape1-spec1", "shape3-spec3")
 @pytest.mark.parametrize(
     "shape,spec", [((8,), ("r",)), ((2, 4), (("r", "c"),)), ((2, 4), ("r",)), ((4, 2), ("c",))]
 )
@@ -501,6 +513,7 @@ def test_sharded_condition_equals_one_device(rng):
     assert _rel(many.mean(T), one.mean(T)) < 1e-10
 
 
+@pytest.mark.slow
 def test_row_sums_rule_equals_autodiff_of_the_sums(rng):
     # the hand-derived rule of gpchol._gp.sparse._rows (custom_jvp) against JAX's autodiff
     # of the same sums without the rule (_rows.fun), forward and reverse, in every input:

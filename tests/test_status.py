@@ -295,6 +295,7 @@ def test_status_is_lapack_info_under_jit(n, backend, tile, dtype):
     assert not wrong, "status differs from LAPACK potrf's info:\n" + "\n".join(wrong)
 
 
+@pytest.mark.slow_cases("n33-tiled-tile7-float32")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("n, backend, tile", COMBO_PARAMS)
 def test_status_is_lapack_info_batched_and_vmapped(n, backend, tile, dtype):
@@ -318,6 +319,7 @@ def test_status_is_lapack_info_batched_and_vmapped(n, backend, tile, dtype):
             check_factor(a[k], L[k], int(status[k]), describe(nm, n, dtype, backend, tile))
 
 
+@pytest.mark.slow_cases("65-xla-float32")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("n, backend", [(7, "xla"), (7, "tiled"), (65, "xla")])
 def test_status_eager_matches_jit(n, backend, dtype):
@@ -470,6 +472,7 @@ def gp_info(K):
 GP_KINDS = ["duplicates", "all_same", "clustered", "distinct"]
 
 
+@pytest.mark.slow_cases("127-tiled-32-float64", "200-tiled-32-float32", "200-tiled-32-float64")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("backend, tile", [("auto", None), ("tiled", None), ("tiled", 32)])
 @pytest.mark.parametrize("n", GP_SIZES)
@@ -609,6 +612,7 @@ def test_openblas_thread_functions_are_found_and_work():
 # ------------------------------------- the handlers' split factor and inverse (large n)
 
 
+@pytest.mark.slow_cases("300-299-float64", "300-64-float32")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("n, split_above", [(101, 1), (130, 7), (130, 64), (300, 64), (300, 299)])
 def test_split_factor_and_inverse_match_lapack(n, split_above, dtype):
@@ -693,6 +697,7 @@ def test_split_above_must_be_a_positive_int():
             cpu_ffi.potri(jnp.eye(3), split_above=bad)
 
 
+@pytest.mark.slow_cases("float32")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_large_cpu_factor_goes_through_the_handlers(monkeypatch, request, dtype):
     """``gpchol.cholesky`` on the CPU above ``HOST_FACTOR_ABOVE`` factors by the handlers

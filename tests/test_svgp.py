@@ -149,6 +149,7 @@ def test_variational_expectation_against_reference(rng, lik):
         np.testing.assert_allclose(q, got, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_more_points_converge(rng):
     """The Bernoulli quadrature's error falls geometrically with ``num_points`` (against
     adaptive quadrature); the default 20 points are within 1e-6 relative for latent
@@ -224,6 +225,7 @@ def test_elbo_float32(rng, lik):
     np.testing.assert_allclose(float(got), elbo_np(ref, lik, X, y, 50), rtol=TOL[np.float32])
 
 
+@pytest.mark.slow_cases("bernoulli", "gaussian")
 @pytest.mark.parametrize("lik", LIKS)
 def test_whitened_and_unwhitened_agree(rng, lik):
     white, ref = _random_model(rng, lik, whiten=True)
@@ -243,6 +245,7 @@ def test_whitened_and_unwhitened_agree(rng, lik):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_minibatch_estimate_is_unbiased(rng):
     """The bound's minibatch estimates over a partition of the data average to the bound
     on the whole data (the data term is linear in the rows, the KL the same)."""
@@ -287,6 +290,13 @@ def test_inducing_at_data_with_optimal_q_is_the_exact_lml(rng, whiten):
 # ------------------------------------------------------ gradients and transformations
 
 
+@pytest.mark.slow_cases(
+    "unwhitened-bernoulli",
+    "unwhitened-gaussian",
+    "unwhitened-poisson",
+    "whitened-bernoulli",
+    "whitened-gaussian",
+)
 @pytest.mark.parametrize("lik", LIKS)
 @pytest.mark.parametrize("whiten", [True, False], ids=["whitened", "unwhitened"])
 def test_check_grads(rng, lik, whiten):
@@ -305,6 +315,7 @@ def test_check_grads(rng, lik, whiten):
     check_grads(f, leaves, order=1, modes=("rev", "fwd"), eps=1e-6, atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_grad_against_jnp_reference(rng):
     """The gradient through gpchol's factor equals the gradient of the same bound written
     with jnp.linalg.cholesky and jnp.linalg.solve (plain JAX rules)."""
@@ -334,6 +345,7 @@ def test_grad_against_jnp_reference(rng):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_jit_vmap_grad_compose(rng):
     lik = likelihoods.Bernoulli()
     model, _ = _random_model(rng, lik)
@@ -363,6 +375,7 @@ def test_jit_vmap_grad_compose(rng):
 # ---------------------------------------------------------------- failure and bad input
 
 
+@pytest.mark.slow
 def test_failed_factor_gives_nan_and_status(rng):
     Z = np.repeat(rng.uniform(size=(3, 1)), 2, axis=0)  # duplicated inducing inputs
     lik = likelihoods.Gaussian(0.1)
@@ -533,6 +546,7 @@ def _train(model, X, y, *, steps, batch, lr, key=0, train_inducing=True):
     return gpchol.to_constrained(u, t), values
 
 
+@pytest.mark.slow
 def test_bernoulli_classification_fit(rng):
     n = 600
     X = rng.uniform(-3.0, 3.0, (n, 2))
@@ -556,6 +570,7 @@ def test_bernoulli_classification_fit(rng):
     assert acc > 0.9, acc
 
 
+@pytest.mark.slow
 def test_poisson_fit_recovers_a_known_rate(rng):
     n, rate = 500, 4.0
     X = rng.uniform(0.0, 1.0, (n, 1))
@@ -577,6 +592,7 @@ def test_poisson_fit_recovers_a_known_rate(rng):
 # ---------------------------------------------------------------------------- prediction
 
 
+@pytest.mark.slow_cases("whitened")
 @pytest.mark.parametrize("whiten", [True, False], ids=["whitened", "unwhitened"])
 def test_prediction_against_numpy(rng, whiten):
     lik = likelihoods.Poisson()
@@ -602,6 +618,7 @@ def test_prediction_against_numpy(rng, whiten):
     assert jax.jit(lambda p, x: p.mean_and_variance(x))(post, Xs)[0].shape == (11,)
 
 
+@pytest.mark.slow
 def test_full_batch_fit_with_gpchol_fit(rng):
     """gpchol.fit minimises the negative whole-data bound like any loss (L-BFGS), the
     model itself being the parameter pytree."""
@@ -620,6 +637,7 @@ def test_full_batch_fit_with_gpchol_fit(rng):
     assert 0.0 < float(res.params.likelihood.noise) < 0.1  # the data's noise is 0.1^2
 
 
+@pytest.mark.slow
 def test_benchmark_function_runs():
     """benchmarks/bench_svgp.py's function at a tiny size (no time is checked)."""
     from benchmarks.bench_svgp import svgp_steps_per_second

@@ -81,6 +81,18 @@ def test_solve_vmap_one_matrix_for_all_right_hand_sides(rng, left, trans):
     )
 
 
+@pytest.mark.slow_cases(
+    "N-lower-left-()",
+    "N-lower-left-(3,)",
+    "N-lower-right-()",
+    "N-lower-right-(3,)",
+    "N-upper-left-()",
+    "N-upper-left-(3,)",
+    "N-upper-right-(3,)",
+    "T-lower-left-()",
+    "T-lower-left-(3,)",
+    "T-upper-right-()",
+)
 @pytest.mark.parametrize("batch", [(), (3,)], ids=str)
 @pytest.mark.parametrize("left", [True, False], ids=["left", "right"])
 @pytest.mark.parametrize("lower", [True, False], ids=["lower", "upper"])
@@ -135,6 +147,7 @@ def test_cholesky_matches_numpy_and_fails_as_nan(rng, dtype, batch):
             assert "gpchol_cpu_chol_solve" in jax.jit(triangular.cholesky).lower(a).as_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [(), (3,)], ids=str)
 def test_cholesky_gradients(rng, batch):
     a = random_spd(rng, 6, batch)
@@ -151,6 +164,7 @@ def test_cholesky_gradients(rng, batch):
     np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow_cases("()")
 @pytest.mark.parametrize("batch", [(), (3,)], ids=str)
 def test_primitives_evaluate_under_disable_jit(rng, batch):
     """Under jax.disable_jit the eager rule cannot call a compiled program (it would bind
@@ -206,6 +220,7 @@ _CONCURRENT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_concurrent_batched_calls_do_not_deadlock():
     """Three batched solves and two batched factors in one program, 30 times, in a fresh
     process on this machine's thread pool: jaxlib 0.10.2's own batched kernels hang here
