@@ -46,28 +46,30 @@ def without_session_jax_cache():
         cc.reset_cache()
 
 
-@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects
-def pytest_collection_modifyitems(config, items):
-    """Marks ``slow`` the cases that a test's ``slow_cases`` marker names."""
-    named: dict[object, set[str]] = {}
-    seen: dict[object, set[str]] = {}
-    for item in items:
-        marker = item.get_closest_marker("slow_cases")
-        if marker is None:
-            continue
-        fn = getattr(item, "function", None)
-        named.setdefault(fn, set(marker.args))
-        case = getattr(item, "callspec", None)
-        if case is not None and case.id in marker.args:
-            item.add_marker(pytest.mark.slow)
-            seen.setdefault(fn, set()).add(case.id)
-    if any("::" in str(arg) for arg in config.args):
-        return  # tests picked by node id: their siblings are not collected
-    for fn, ids in named.items():
-        missing = ids - seen.get(fn, set())
-        if missing:
-            raise pytest.UsageError(
-                f"slow_cases on {fn.__module__}.{fn.__qualname__} names cases it does not "
-                f"have: {sorted(missing)}; use the ids in brackets of its node ids "
-                "(`pytest --collect-only -q`)."
-            )
+@pytest.hookimpl(wrapper=True)
+def pytest_pycollect_makeitem(collector, name, obj):
+    """Marks ``slow`` the cases that a test's ``slow_cases`` markers name.
+
+    Here every case of the test is at hand (``--lf``, ``-k``, ``-m`` and node-id selection
+    filter later), so a name that matches none of them is always caught.
+    """
+    result = yield
+    items = [x for x in (result if isinstance(result, list) else [result]) if x is not None]
+    functions = [x for x in items if isinstance(x, pytest.Function)]
+    if not functions:
+        return result
+    named = {a for m in functions[0].iter_markers("slow_cases") for a in m.args}
+    if not named:
+        return result
+    ids = {getattr(f, "callspec", None) and f.callspec.id for f in functions}
+    missing = named - ids
+    if missing:
+        raise pytest.UsageError(
+            f"slow_cases on {functions[0].nodeid.partition('[')[0]} names cases it does not "
+            f"have: {sorted(missing)}; use the ids in brackets of its node ids "
+            "(`pytest --collect-only -q`)."
+        )
+    for f in functions:
+        if getattr(f, "callspec", None) is not None and f.callspec.id in named:
+            f.add_marker(pytest.mark.slow)
+    return result

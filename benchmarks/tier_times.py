@@ -7,8 +7,8 @@ this module as a pytest plugin on an empty compilation cache, then list what too
 than the threshold::
 
     GPCHOL_TEST_JAX_CACHE=$(mktemp -d) GPCHOL_TEST_TIMES=times.json \\
-        python -m pytest -p benchmarks.test_times -n 2 -m "not slow" -q
-    python -m benchmarks.test_times times.json [--over 1.5] [--keep-under 3]
+        python -m pytest -p benchmarks.tier_times -n 2 -m "not slow" -q
+    python -m benchmarks.tier_times times.json [--over 1.5] [--keep-under 3]
 
 Each worker writes ``times.json.<worker>``: ``[node id, seconds, XLA compilations, seconds
 compiling]`` per test (setup, call and teardown; a program compiled by one test is not
@@ -64,8 +64,12 @@ class _Recorder:
 def pytest_configure(config) -> None:
     """Registers the recorder when ``GPCHOL_TEST_TIMES`` names the output path."""
     path = os.environ.get("GPCHOL_TEST_TIMES")
-    if path:
-        config.pluginmanager.register(_Recorder(path), "gpchol_test_times")
+    if not path:
+        return
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # the run's own process: an earlier run's
+        for name in glob(escape(path) + ".*"):  # files (other workers) would be mixed in
+            os.remove(name)
+    config.pluginmanager.register(_Recorder(path), "gpchol_tier_times")
 
 
 def load(path: str) -> list[list]:
