@@ -9,6 +9,18 @@ from threadpoolctl import threadpool_limits
 from gpchol._internal import cpu_ffi
 
 
+def child_xla_flags(env: dict) -> dict:
+    """``env`` for a child process (a notebook, an example, an upstream test suite): the
+    session's ``XLA_FLAGS`` without its 8 simulated devices (the child sets up its own
+    devices, one by default), with the session's LLVM level kept (``-O0`` unless
+    ``GPCHOL_TEST_XLA_OPT=default``; the top-level ``conftest.py``)."""
+    env = dict(env)
+    flags = [f for f in env.pop("XLA_FLAGS", "").split() if "device_count" not in f]
+    if flags:
+        env["XLA_FLAGS"] = " ".join(flags)
+    return env
+
+
 def random_spd(rng, n, batch=(), dtype=np.float64, cond=None):
     """Random well-conditioned SPD matrices of shape ``batch + (n, n)`` (float64 made)."""
     m = rng.standard_normal(batch + (n, n))

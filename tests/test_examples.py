@@ -3,7 +3,8 @@
 Each script runs in a subprocess (so an example's own ``XLA_FLAGS`` or
 ``jax.distributed`` set-up never touches this test session), from a temporary working
 directory (files an example writes land there), with ``MPLBACKEND=Agg`` and without the
-test session's ``XLA_FLAGS``. A non-zero exit status or a traceback fails the test.
+test session's simulated devices (its LLVM level kept: ``tests/helpers.py``
+``child_xla_flags``). A non-zero exit status or a traceback fails the test.
 
 Files whose names start with ``_`` are helpers, not examples. A new example is run with
 no arguments (its small defaults) until it gets an entry in ``TINY_ARGS``.
@@ -17,6 +18,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import child_xla_flags
 
 EXAMPLES_DIR = pathlib.Path(__file__).resolve().parent.parent / "examples"
 EXAMPLES = sorted(p for p in EXAMPLES_DIR.glob("*.py") if not p.name.startswith("_"))
@@ -44,7 +46,7 @@ RUN_TIMEOUT_S = 300
 
 def _env():
     env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
+    env = child_xla_flags(env)
     env["MPLBACKEND"] = "Agg"
     env["PYTHONUNBUFFERED"] = "1"
     return env

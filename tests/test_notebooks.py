@@ -7,9 +7,10 @@ module (parsed with :mod:`ast`).
 Every notebook is executed at small sizes; an error in any cell fails.
 Each notebook runs in a fresh ``python3`` Jupyter kernel (nbclient) whose environment has
 ``GPCHOL_NOTEBOOK_SMALL=1`` (the notebooks read it in their first cell and pick small
-sizes) and ``MPLBACKEND=Agg`` (plots are drawn, not shown). ``XLA_FLAGS`` is removed from
-the kernel's environment so each notebook sees exactly what it sets up itself (the
-sharded notebook asks for 8 CPU devices in its first cell). The kernel's working
+sizes) and ``MPLBACKEND=Agg`` (plots are drawn, not shown). The session's simulated devices are
+removed from the kernel's ``XLA_FLAGS`` so each notebook sees the devices it sets up itself
+(the sharded notebook asks for 8 CPU devices in its first cell); the session's LLVM level
+stays (``tests/helpers.py`` ``child_xla_flags``). The kernel's working
 directory is a temporary folder, so nothing a notebook writes lands in the repository.
 """
 
@@ -21,6 +22,7 @@ import pathlib
 import time
 
 import pytest
+from helpers import child_xla_flags
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -130,7 +132,10 @@ def test_notebooks_use_only_public_gpchol():
 def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.setenv("GPCHOL_NOTEBOOK_SMALL", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    flags = child_xla_flags(os.environ).get("XLA_FLAGS")  # the LLVM level, not the devices
     monkeypatch.delenv("XLA_FLAGS", raising=False)
+    if flags:
+        monkeypatch.setenv("XLA_FLAGS", flags)
     monkeypatch.setenv("PYTHONUNBUFFERED", "1")
 
     def run() -> None:

@@ -31,7 +31,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from helpers import FRESH_PYTEST_ARGS, fresh_pytest_env
+from helpers import FRESH_PYTEST_ARGS, child_xla_flags, fresh_pytest_env
 
 numpyro = pytest.importorskip("numpyro")
 
@@ -143,7 +143,7 @@ def test_numpyro_test_distributions_on_gpchol_multivariate_normal(tmp_path):
     (top / "conftest.py").write_text(CONFTEST)
     marker, report = tmp_path / "marker.json", tmp_path / "report.xml"
     env = dict(os.environ, JAX_ENABLE_X64="1", GPCHOL_UPSTREAM_MARKER=str(marker))
-    env.pop("XLA_FLAGS", None)  # this suite's 8 simulated devices; NumPyro's runs on one
+    env = child_xla_flags(env)  # not this suite's 8 simulated devices: NumPyro's runs on one
     env = fresh_pytest_env(env)
     cmd = [sys.executable, "-m", "pytest", "test/test_distributions.py", "-k", SELECT]
     cmd += [

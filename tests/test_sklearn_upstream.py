@@ -28,7 +28,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from helpers import FRESH_PYTEST_ARGS, fresh_pytest_env
+from helpers import FRESH_PYTEST_ARGS, child_xla_flags, fresh_pytest_env
 
 pytest.importorskip("sklearn")
 
@@ -114,7 +114,7 @@ def test_scikit_learns_gpr_tests_pass_on_gpchols_estimator(tmp_path: Path) -> No
     report = tmp_path / "report.xml"
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("XLA_FLAGS", None)  # one CPU device, as a user's process
+    env = child_xla_flags(env)  # one CPU device, as a user's process
     env = fresh_pytest_env(env)
     cmd = [
         sys.executable,
