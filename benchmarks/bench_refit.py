@@ -85,6 +85,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks._compiles import CompileCounter
+
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("a", "b", "c", "d", "e")
 SK = "scikit-learn"
@@ -98,14 +100,6 @@ GRID_ALPHAS = (1e-10, 1e-5, 1e-2)
 #: the refit loop's stopping rule for gpchol.fit (its defaults) and tinygp's loop
 MAX_STEPS, TOL, PATIENCE = 200, 1e-9, 3
 
-_COMPILE_EVENTS = (
-    "/jax/core/compile/jaxpr_trace_duration",
-    "/jax/core/compile/jaxpr_to_mlir_module_duration",
-    "/jax/core/compile/backend_compile_duration",
-)
-_BACKEND = "/jax/core/compile/backend_compile_duration"
-_HIT = "/jax/compilation_cache/cache_hits"
-
 
 def sizes(quick: bool) -> dict:
     """The problem sizes of each scenario."""
@@ -115,48 +109,6 @@ def sizes(quick: bool) -> dict:
 
 
 # ------------------------------------------------------------------------------ the child
-class _Compiles:
-    """Counts JAX's compilations in this process from its monitoring events."""
-
-    def __init__(self) -> None:
-        import jax.monitoring as mon
-
-        self.programs = 0
-        self.hits = 0
-        self.backend_s = 0.0
-        self.spans: list[tuple[float, float]] = []
-        mon.register_event_duration_secs_listener(self._duration)
-        mon.register_event_listener(self._event)
-        mon.register_event_time_span_listener(self._span)
-
-    def _duration(self, event: str, duration: float, **kwargs) -> None:
-        if event == _BACKEND:
-            self.programs += 1
-            self.backend_s += duration
-
-    def _event(self, event: str, **kwargs) -> None:
-        if event == _HIT:
-            self.hits += 1
-
-    def _span(self, event: str, start: float, end: float, **kwargs) -> None:
-        if event in _COMPILE_EVENTS:
-            self.spans.append((start, end))
-
-    def summary(self) -> dict:
-        total, reach = 0.0, -math.inf
-        for a, b in sorted(self.spans):  # the union of the (possibly nested) spans
-            if b > reach:
-                total += b - max(a, reach)
-                reach = b
-        return {
-            "programs": self.programs,
-            "cache_hits": self.hits,
-            "xla_compiles": self.programs - self.hits,
-            "backend_s": self.backend_s,
-            "compile_s": total,
-        }
-
-
 def _enable_cache(path: str) -> None:
     import gpchol
 
@@ -377,7 +329,7 @@ def _child_cli_sklearn(spec: dict) -> dict:
 def child(spec: dict) -> dict:
     """Runs one scenario for one library in this (fresh) process; the record to print."""
     t0 = time.perf_counter()
-    counter = None if spec["lib"] == SK else _Compiles()
+    counter = None if spec["lib"] == SK else CompileCounter()
     section, lib = spec["section"], spec["lib"]
     if section in "abc":
         if lib != SK and spec.get("cache"):

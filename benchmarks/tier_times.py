@@ -30,28 +30,21 @@ from glob import escape, glob
 
 import pytest
 
-_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+from benchmarks._compiles import CompileCounter
 
 
 class _Recorder:
     """The pytest plugin: one row per test, written at the session's end."""
 
     def __init__(self, path: str) -> None:
-        import jax
-
-        self.path, self.rows, self.n, self.s = path, [], 0, 0.0
-        jax.monitoring.register_event_duration_secs_listener(self._event)
-
-    def _event(self, event: str, duration: float, **kwargs: object) -> None:
-        if event == _COMPILE_EVENT:
-            self.n += 1
-            self.s += duration
+        self.path, self.rows, self.compiles = path, [], CompileCounter()
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
-        n0, s0, t0 = self.n, self.s, time.perf_counter()
+        c, t0 = self.compiles, time.perf_counter()
+        n0, s0 = c.programs, c.backend_s
         yield
-        self.rows.append([item.nodeid, time.perf_counter() - t0, self.n - n0, self.s - s0])
+        self.rows.append([item.nodeid, time.perf_counter() - t0, c.programs - n0, c.backend_s - s0])
 
     def pytest_sessionfinish(self, session) -> None:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
