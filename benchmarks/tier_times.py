@@ -91,14 +91,11 @@ def suggest(rows: list[list], over: float, keep_under: float) -> dict[str, list[
         heavy = [c for c in cs if c[0] >= over]
         if not heavy:
             continue
-        if cs[0][1] is None:  # not parametrized
-            out[base] = None
-        elif len(heavy) == len(cs) and cs[0][0] >= keep_under:
-            out[base] = None
-        else:  # the cheapest case stays in the tier
-            ids = sorted(str(i) for _, i in heavy if (_, i) != cs[0])
-            if ids:
-                out[base] = ids
+        every = len(heavy) == len(cs)
+        if cs[0][1] is None or (every and cs[0][0] >= keep_under):  # not parametrized, or
+            out[base] = None  # even its cheapest case is too slow to keep
+        elif len(heavy) > every:  # the cheapest case (heavy[0] when every) stays
+            out[base] = sorted(str(i) for _, i in heavy[every:])
     return out
 
 

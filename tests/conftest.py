@@ -61,15 +61,14 @@ def pytest_pycollect_makeitem(collector, name, obj):
     named = {a for m in functions[0].iter_markers("slow_cases") for a in m.args}
     if not named:
         return result
-    ids = {getattr(f, "callspec", None) and f.callspec.id for f in functions}
-    missing = named - ids
+    cases = {f.callspec.id: f for f in functions if hasattr(f, "callspec")}
+    missing = named - cases.keys()
     if missing:
         raise pytest.UsageError(
             f"slow_cases on {functions[0].nodeid.partition('[')[0]} names cases it does not "
             f"have: {sorted(missing)}; use the ids in brackets of its node ids "
             "(`pytest --collect-only -q`)."
         )
-    for f in functions:
-        if getattr(f, "callspec", None) is not None and f.callspec.id in named:
-            f.add_marker(pytest.mark.slow)
+    for case in named:
+        cases[case].add_marker(pytest.mark.slow)
     return result
