@@ -1,5 +1,6 @@
 """Shared test helpers (imported by the test modules)."""
 
+import os
 import re
 
 import numpy as np
@@ -7,6 +8,17 @@ import scipy.linalg.lapack as lapack
 from threadpoolctl import threadpool_limits
 
 from gpchol._internal import cpu_ffi
+
+
+def benchmark_env() -> dict:
+    """``os.environ`` for a benchmark run as a child process (``python -m benchmarks...``):
+    the repository on ``PYTHONPATH``, and none of the session's ``XLA_FLAGS``: one CPU
+    device and XLA's default level, as a user runs the benchmarks."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("XLA_FLAGS", None)
+    return env
 
 
 def child_xla_flags(env: dict) -> dict:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import benchmark_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,9 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.slow
 def test_bench_quick_agreement():
     pytest.importorskip("scipy")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("XLA_FLAGS", None)  # one CPU device is enough here
+    env = benchmark_env()
     p = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--agreement-only", "--sizes", "300"],
         cwd=ROOT,
@@ -50,9 +49,7 @@ def test_bench_eager_runs_and_counts_programs(tmp_path):
     """``benchmarks/bench_eager.py`` in fresh processes: a first eager ``cholesky`` compiles
     one program, its first eager derivative adds the transposed tangent and the seed's
     programs, and the same derivative at new values compiles nothing."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("XLA_FLAGS", None)
+    env = benchmark_env()
     out = tmp_path / "eager.json"
     cmd = ["-m", "benchmarks.bench_eager", "--cases", "cholesky", "--repeats", "1"]
     p = subprocess.run(

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import benchmark_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,9 +24,7 @@ def test_bench_refit_quick(tmp_path):
     pytest.importorskip("sklearn")
     pytest.importorskip("matplotlib")
     out = tmp_path / "refit.json"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("XLA_FLAGS", None)
+    env = benchmark_env()
     cmd = [sys.executable, "-m", "benchmarks.bench_refit", "--quick", "--sections", "d"]
     cmd += ["--libs", "gpchol", "--single-thread", "--out", str(out)]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import benchmark_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -19,9 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # slow: four child processes at n = 20000 (about 3 minutes on 2 cores)
 @pytest.mark.slow
 def test_bench_sparse_quick(tmp_path):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("XLA_FLAGS", None)  # one CPU device
+    env = benchmark_env()
     out_json = tmp_path / "sparse.json"
     p = subprocess.run(
         [sys.executable, "-m", "benchmarks.bench_sparse", "--quick", "--json", str(out_json)],
