@@ -165,6 +165,47 @@ def test_one_evaluation_per_step_when_the_first_trial_is_accepted():
     assert steps < len(calls) <= 1.5 * steps, len(calls)
 
 
+# (a, f(a), f'(a), b, f(b), f'(b), noise) -> the zoom's next trial
+_ZOOM_CASES = {
+    # a quadratic is its own cubic: its minimiser, inside the bracket
+    "cubic": ((0.0, 0.09, -0.6, 1.0, 0.49, 1.4, 1e-12), 0.3),
+    # the cubic's minimiser (0.02) near an end: clamped to the inner 80 %, not bisected
+    "clamped": ((0.0, 4e-4, -0.04, 1.0, 0.9604, 1.96, 1e-12), 0.1),
+    "clamped, reversed": ((1.0, 0.9604, 1.96, 0.0, 4e-4, -0.04, 1e-12), 0.1),
+    # values within the noise (a GP fit's last steps): the slopes' secant zero
+    "secant": ((1.0, -5.9e-11, 2.4e-17, 0.0, 0.0, -8e-18, 3.7e-5), 0.25),
+    "not finite": ((0.0, 1.0, -1.0, 1.0, np.inf, 1.0, 1e-12), 0.5),
+}
+
+
+@pytest.mark.parametrize("xp", [np, jnp], ids=["host", "compiled"])
+@pytest.mark.parametrize("case", _ZOOM_CASES, ids=list(_ZOOM_CASES))
+def test_zoom_trial(case: str, xp: Any):
+    args, want = _ZOOM_CASES[case]
+    t = lbfgs_module._zoom_step(*(xp.asarray(v, xp.float32 if xp is jnp else float) for v in args))
+    np.testing.assert_allclose(float(t), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("amplitude", [1e-12, 1e-11, 3e-11])
+def test_search_at_the_rounding_floor_takes_the_secant(amplitude: float):
+    # near a minimum the loss's values are rounding noise (here a 1e-11 wiggle on 37, as in
+    # a GP fit's last steps) while its gradient still points: the first trial overshoots,
+    # and the zoom goes to the slopes' zero. A cubic through the noisy values flailed there
+    # (21 evaluations at 3e-11, checked), a cost each step of a converged fit paid again.
+    calls = []
+
+    def value_and_grad(x: np.ndarray, _: Any) -> tuple[np.ndarray, np.ndarray]:
+        calls.append(1)
+        wiggle = amplitude * np.sin(1e7 * x[0])
+        return 37.0 + 2.0 * np.sum((x - 1.0) ** 2) + wiggle, 4.0 * (x - 1.0)
+
+    opt = LBFGS()
+    u = np.asarray([1.0 + 1e-6])
+    u, *_ = opt.host_step(value_and_grad)(u, opt.init(u), None)
+    assert len(calls) == 3, len(calls)  # the start, t = 1, the secant's zero
+    np.testing.assert_allclose(u, [1.0], atol=1e-12)
+
+
 def test_loss_is_traced_once_per_compiled_step():
     traces = []
 

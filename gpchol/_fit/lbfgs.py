@@ -22,8 +22,9 @@ The algorithm (Nocedal & Wright, *Numerical Optimization*, 2nd ed., 2006):
 * Step length: the strong Wolfe conditions with ``c1 = 1e-4``, ``c2 = 0.9``: bracketing
   from the trial ``t = 1``, doubling while the loss decreases and the slope stays
   negative, then zoom (their Algorithms 3.5 and 3.6) with the minimiser of the cubic
-  through the bracket's ends (values and slopes), safeguarded to the inner 80 % of the
-  bracket and replaced by bisection when it falls outside or an end is not finite (a
+  through the bracket's ends (values and slopes), or the zero of the slopes' secant where
+  the two values differ by less than the loss's rounding (``1e-6 |f(0)|``, below), clamped
+  to the inner 80 % of the bracket; bisection when an end is not finite (a
   trial where the loss or gradient is not finite counts as no decrease, so steps into a
   region where the covariance is not positive definite are backtracked). Sufficient
   decrease is also granted by the approximate Wolfe condition of Hager & Zhang (2005,
@@ -267,23 +268,30 @@ def search_direction(g: Arr, st: LBFGSState) -> tuple[Arr, Arr, Arr]:
     return d, where(descent, slope, _dot(g, steepest)), ~descent
 
 
-def _cubic_step(a: Arr, fa: Arr, da: Arr, b: Arr, fb: Arr, db: Arr) -> Arr:
+def _zoom_step(a: Arr, fa: Arr, da: Arr, b: Arr, fb: Arr, db: Arr, noise: Arr) -> Arr:
     """The next zoom trial in the bracket ``[a, b]`` (either order).
 
     The minimiser of the cubic matching values and slopes at both ends (Nocedal & Wright,
-    eq. 3.59), kept in the inner 80 % of the bracket; bisection otherwise.
+    eq. 3.59). Where the two values differ by no more than ``noise`` (the loss's rounding
+    near a minimum), they say nothing of the curvature and the trial is the zero of the
+    slopes' secant instead (Hager & Zhang, 2005, sec. 2). The trial is clamped to the
+    inner 80 % of the bracket, so that the bracket shrinks by 10 % at least; bisection
+    where neither is defined (an end not finite).
     """
     xp, where = _ops(a).xp, _ops(a).where
     d1 = da + db - 3.0 * (fa - fb) / (a - b)
     d2sq = d1 * d1 - da * db
     d2 = xp.sign(b - a) * xp.sqrt(xp.maximum(d2sq, 0.0))
-    t = b - (b - a) * (db + d2 - d1) / (db - da + 2.0 * d2)
+    cubic = b - (b - a) * (db + d2 - d1) / (db - da + 2.0 * d2)
+    secant = b - db * (b - a) / (db - da)
+    flat = xp.abs(fa - fb) <= noise
+    t = where(flat, secant, cubic)
     width = xp.abs(b - a)
     lower = xp.minimum(a, b) + 0.1 * width
     upper = xp.maximum(a, b) - 0.1 * width
-    good = (d2sq >= 0) & xp.isfinite(t) & (t >= lower) & (t <= upper)
+    good = (flat | (d2sq >= 0)) & xp.isfinite(t)
     good = good & xp.isfinite(fa) & xp.isfinite(fb) & xp.isfinite(da) & xp.isfinite(db)
-    return where(good, t, 0.5 * (a + b))
+    return where(good, xp.minimum(xp.maximum(t, lower), upper), 0.5 * (a + b))
 
 
 def _dtype_of(a: Any) -> Any:
@@ -687,7 +695,7 @@ def _after_trial(
     next_t = where(
         expand,
         xp.minimum(_GROW * t, _MAX_T),
-        _cubic_step(*new_lo, *new_hi),
+        _zoom_step(*new_lo, *new_hi, _APPROX * xp.abs(f0)),
     )
     it = c["it"] + 1
     width = xp.abs(new_hi[0] - new_lo[0])

@@ -252,6 +252,9 @@ def _lookup(key: Hashable, make: Callable[[], Callable[..., Any]]) -> Callable[.
 
 
 def _bind(fn: Callable[..., Any], data: Any) -> StepFn:
+    # on the device once per fit, not at each of the step's evaluations
+    data = jax.device_put(data)
+
     def step(u: Any, s: Any) -> Any:
         return fn(u, s, data)
 
