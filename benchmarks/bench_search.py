@@ -7,7 +7,8 @@ search or the stopping rule shows in evaluations, not only in noisy seconds:
 * ``a``: one fit of the diabetes model (n = 400, amplitude x ARD ExpSquared + White,
   ``normalize_y=True``), each library's estimator with its default optimiser;
 * ``b``: the five folds of ``cross_val_score`` on diabetes (n = 442), summed;
-* ``d``: the 40 warm-started refits on n = 40 ... 79 (Branin), summed.
+* ``d``: the 40 warm-started refits on n = 40 ... 79 (Branin), summed; gpchol also with
+  ``warm_start=`` the previous fit's result (its L-BFGS curvature pairs).
 
 scikit-learn's count is L-BFGS-B's own (``nit``, ``nfev`` of ``scipy.optimize.minimize``,
 called as the estimator's default optimiser calls it). gpchol's is its L-BFGS's steps
@@ -132,7 +133,8 @@ def section_d(lib: str, counts: Counts, sz: dict) -> None:
     import gpchol
     from gpchol import kernels
 
-    p = refit._bo_start()
+    p, res = refit._bo_start(), None
+    warm = lib.endswith("warm_start")
     for X, y in refit._bo_data(spec):
         res = gpchol.fit(
             lambda q, X=X: gpchol.GaussianProcess(
@@ -146,6 +148,7 @@ def section_d(lib: str, counts: Counts, sz: dict) -> None:
             tol=refit.TOL,
             patience=refit.PATIENCE,
             progress=False,
+            warm_start=res if warm else None,
         )
         p = res.params
         counts.steps += res.n_steps
@@ -178,10 +181,10 @@ def main(argv=None) -> int:
     _count_gpchol(now)
     record: dict = {"quick": args.quick, "sizes": sz, "sections": {}}
     print("bench_search: steps and evaluations to the optimum (one process)")
-    print(f"  {'section':8} {'library':14} {'fits':>5} {'steps':>6} {'evals':>6}  LML (sum)")
+    print(f"  {'section':8} {'library':18} {'fits':>5} {'steps':>6} {'evals':>6}  LML (sum)")
     for s in sections:
         rows = {}
-        for lib in (refit.SK, "gpchol"):
+        for lib in (refit.SK, "gpchol", *(["gpchol warm_start"] if s == "d" else [])):
             counts = now["counts"] = Counts()
             if s == "d":
                 section_d(lib, counts, sz)
@@ -189,7 +192,7 @@ def main(argv=None) -> int:
                 section_ab(s, lib, counts, sz)
             rows[lib] = counts.record()
             print(
-                f"  {s:8} {lib:14} {counts.fits:5d} {counts.steps:6d} {counts.evaluations:6d}"
+                f"  {s:8} {lib:18} {counts.fits:5d} {counts.steps:6d} {counts.evaluations:6d}"
                 f"  {sum(counts.lml):.6f}",
                 flush=True,
             )

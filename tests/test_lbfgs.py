@@ -182,7 +182,8 @@ _ZOOM_CASES = {
 @pytest.mark.parametrize("case", _ZOOM_CASES, ids=list(_ZOOM_CASES))
 def test_zoom_trial(case: str, xp: Any):
     args, want = _ZOOM_CASES[case]
-    t = lbfgs_module._zoom_step(*(xp.asarray(v, xp.float32 if xp is jnp else float) for v in args))
+    a, b = (xp.asarray(v, xp.float32 if xp is jnp else float) for v in (args[:3], args[3:6]))
+    t = lbfgs_module._zoom_step(tuple(a), tuple(b), args[6])
     np.testing.assert_allclose(float(t), want, rtol=1e-5)
 
 

@@ -83,6 +83,11 @@ class FitResult:
         unconstrained_params: the optimiser's parameters (unconstrained space).
         restart_losses: final loss of each start (the first is the given initial point).
         optimizer: the optimiser's name.
+        optimizer_state: the leaves (``jax.tree_util.tree_leaves`` order, a list of
+            arrays: saved and loaded as such) of the optimiser's state at the end of the
+            best start (L-BFGS: its last state holding curvature pairs), for a later
+            fit's ``warm_start``; a fresh state's when that start ended before the fit was
+            resumed from a checkpoint.
 
     Example:
         >>> from gpchol import fit
@@ -102,6 +107,7 @@ class FitResult:
     unconstrained_params: Any
     restart_losses: list[float]
     optimizer: str
+    optimizer_state: Any = None
 
     def __repr__(self) -> str:
         return (
@@ -137,6 +143,7 @@ class FitPlan:
     checkpoint: str | None
     checkpoint_every: int
     fingerprint: dict[str, str] | None
+    warm_opt_state: Any = None
 
     @property
     def n_starts(self) -> int:
@@ -167,6 +174,7 @@ def fit(
     callback: Callable[[int, Any, float], Any] | None = None,
     fingerprint: Any = None,
     bucket: bool | int = True,
+    warm_start: FitResult | None = None,
 ) -> FitResult:
     r"""Fits parameters by minimising a loss (for a GP: the negative log marginal likelihood).
 
@@ -218,6 +226,12 @@ def fit(
             padding). Padded rows are masked (an identity row and column, a zero
             residual): value, gradient and optimum are those of the unpadded data, and
             fits of sizes in one bucket share one compiled step.
+        warm_start: the :class:`FitResult` of an earlier fit with the same optimiser and
+            parameter structure: the first start begins with its optimiser state
+            (:attr:`FitResult.optimizer_state`; L-BFGS: the curvature pairs, the loss
+            evaluated anew at ``params``). A refit after a small change of the data (one
+            more point, as in Bayesian optimisation) then takes fewer steps; pass
+            ``warm_start.params`` as ``params`` to start at the earlier optimum.
 
     The compiled step is keyed by the model's structure (its jaxpr, tree structure,
     static fields, dtypes and bucketed shapes), not by the identity of ``build_or_loss``:
@@ -301,6 +315,7 @@ def fit(
             key=raw_key,
             user=fingerprint,
         )
+    warm = None if warm_start is None else _warm_state(warm_start, opt_name, opt.init(u0))
     opt_key = optimizer_key(optimizer, learning_rate)
     if y is not None:
         program = gp_program(build_or_loss, y, transforms, u0, opt_key, opt, bucket)
@@ -321,6 +336,7 @@ def fit(
         checkpoint=None if checkpoint is None else os.fspath(checkpoint),
         checkpoint_every=int(checkpoint_every),
         fingerprint=fp,
+        warm_opt_state=warm,
     )
     label = f"gpchol fit [{opt_name}]"
     with fit_session(
@@ -357,10 +373,43 @@ def _start_point(plan: FitPlan, key: np.ndarray, r: int) -> Any:
     return canonical(jax.tree_util.tree_unflatten(treedef, moved))
 
 
+def _warm_state(warm_start: Any, opt_name: str, fresh: Any) -> Any:
+    """The first start's optimiser state taken from ``warm_start`` (validated against this
+    fit's ``fresh`` state); L-BFGS's evaluation it holds is of the earlier loss: dropped."""
+    if not isinstance(warm_start, FitResult):
+        raise TypeError(
+            f"warm_start must be the FitResult of an earlier gpchol.fit; got "
+            f"{type(warm_start).__name__}."
+        )
+    if warm_start.optimizer != opt_name:
+        raise ValueError(
+            f"warm_start comes from a fit with optimizer={warm_start.optimizer!r}, this fit "
+            f"uses {opt_name!r}: pass the same optimizer, or no warm_start."
+        )
+    prior = warm_start.optimizer_state
+    leaves, tree = jax.tree_util.tree_flatten(fresh)
+
+    def layout(xs: Any) -> list[tuple[tuple[int, ...], Any]]:
+        return [(np.shape(a), np.asarray(a).dtype) for a in xs]
+
+    if not isinstance(prior, list | tuple) or layout(prior) != layout(leaves):
+        raise ValueError(
+            "warm_start's optimiser state does not fit this fit's parameters (another "
+            "parameter structure, size or dtype): warm-start only a fit of the same "
+            "parameters; its params can still be passed as this fit's params."
+        )
+    state = jax.tree_util.tree_unflatten(tree, list(prior))
+    if isinstance(state, LBFGSState):
+        state = state._replace(known=np.zeros((), bool))
+    return canonical(state)
+
+
 def _begin_start(plan: FitPlan, state: FitState, r: int) -> None:
-    """Sets ``state`` to the beginning of start ``r``."""
+    """Sets ``state`` to the beginning of start ``r``: a fresh optimiser state, or the
+    ``warm_start``'s for the first start."""
     u = _start_point(plan, state.key, r)
-    state.begin_start(u, canonical(plan.init_opt_state(u)))
+    warm = plan.warm_opt_state if r == 0 else None
+    state.begin_start(u, canonical(plan.init_opt_state(u)) if warm is None else warm)
 
 
 def _first_state(plan: FitPlan, key: np.ndarray) -> FitState:
@@ -408,6 +457,8 @@ def _run_steps(plan: FitPlan, state: FitState, session: FitSession) -> None:
         state.history.append(v)
         state.last_good = state.params
         state.params, state.opt_state = u_new, s_new
+        if isinstance(s_new, LBFGSState) and s_new.n_pairs > 0:
+            state.last_pairs = s_new
         state.step += 1
         session.bar.update(state.step, v)
         _check_stop(plan, state, prev, v)
@@ -506,12 +557,17 @@ def _end_start(plan: FitPlan, state: FitState) -> None:
     )
     if better_start(final_loss, None if state.best is None else state.best.loss):
         state.best, state.best_params = record, final_u
+        cleared = isinstance(state.opt_state, LBFGSState) and state.opt_state.n_pairs == 0
+        pairs = state.last_pairs if cleared and state.last_pairs is not None else None
+        state.best_opt_state = state.opt_state if pairs is None else pairs
     state.restart = r + 1
     if state.restart < plan.n_starts:
         _begin_start(plan, state, state.restart)
     else:
         state.params = state.best_params
-        state.opt_state = canonical(plan.init_opt_state(state.best_params))
+        state.opt_state = state.best_opt_state
+        if state.opt_state is None:  # the best start ended before a resume
+            state.opt_state = canonical(plan.init_opt_state(state.best_params))
 
 
 def _result(plan: FitPlan, state: FitState, *, has_y: bool) -> FitResult:
@@ -540,4 +596,5 @@ def _result(plan: FitPlan, state: FitState, *, has_y: bool) -> FitResult:
         unconstrained_params=device_params,
         restart_losses=[float(x) for x in state.restart_losses],
         optimizer=plan.optimizer,
+        optimizer_state=jax.tree_util.tree_leaves(state.opt_state),
     )

@@ -268,8 +268,9 @@ def search_direction(g: Arr, st: LBFGSState) -> tuple[Arr, Arr, Arr]:
     return d, where(descent, slope, _dot(g, steepest)), ~descent
 
 
-def _zoom_step(a: Arr, fa: Arr, da: Arr, b: Arr, fb: Arr, db: Arr, noise: Arr) -> Arr:
-    """The next zoom trial in the bracket ``[a, b]`` (either order).
+def _zoom_step(end_a: tuple[Arr, ...], end_b: tuple[Arr, ...], noise: Arr) -> Arr:
+    """The next zoom trial in the bracket ``[a, b]`` (either order), its ends given as
+    ``(t, f(t), f'(t))``.
 
     The minimiser of the cubic matching values and slopes at both ends (Nocedal & Wright,
     eq. 3.59). Where the two values differ by no more than ``noise`` (the loss's rounding
@@ -278,6 +279,7 @@ def _zoom_step(a: Arr, fa: Arr, da: Arr, b: Arr, fb: Arr, db: Arr, noise: Arr) -
     inner 80 % of the bracket, so that the bracket shrinks by 10 % at least; bisection
     where neither is defined (an end not finite).
     """
+    (a, fa, da), (b, fb, db) = end_a, end_b
     xp, where = _ops(a).xp, _ops(a).where
     d1 = da + db - 3.0 * (fa - fb) / (a - b)
     d2sq = d1 * d1 - da * db
@@ -695,7 +697,7 @@ def _after_trial(
     next_t = where(
         expand,
         xp.minimum(_GROW * t, _MAX_T),
-        _zoom_step(*new_lo, *new_hi, _APPROX * xp.abs(f0)),
+        _zoom_step(new_lo, new_hi, _APPROX * xp.abs(f0)),
     )
     it = c["it"] + 1
     width = xp.abs(new_hi[0] - new_lo[0])

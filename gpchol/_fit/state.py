@@ -181,6 +181,12 @@ class FitState:
             the first step of a start).
         best: how the best finished start ended (``None`` before the first ends).
         best_params: that start's final parameters (unconstrained space).
+        best_opt_state: the optimiser state that start ended with (``None`` when it
+            ended before a resume: not part of a checkpoint, see :func:`gpchol.fit`'s
+            ``warm_start``); L-BFGS's last one holding curvature pairs.
+        last_pairs: the current start's last L-BFGS state holding curvature pairs (its
+            search clears them after a step without decrease, as near a minimum reached
+            to rounding); not part of a checkpoint.
         restart_losses: the final loss of every finished start, in order.
     """
 
@@ -197,11 +203,14 @@ class FitState:
     last_good: Any = None
     best: StartRecord | None = None
     best_params: Any = None
+    best_opt_state: Any = None
+    last_pairs: Any = None
     restart_losses: list[float] = dataclasses.field(default_factory=list)
 
     def begin_start(self, params: Any, opt_state: Any) -> None:
         """Sets the current start's parameters and optimiser state; clears its counters."""
         self.params, self.opt_state, self.last_good = params, opt_state, None
+        self.last_pairs = None
         self.step, self.history, self.stall = 0, [], 0
         self.done, self.stopped, self.message = False, None, ""
 
