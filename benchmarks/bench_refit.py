@@ -517,13 +517,13 @@ def print_section(title: str, result: dict, section: str) -> None:
     print(f"\n== {title} ==")
     last = "score" if section in "bc" else "LML"
     print(
-        f"  {'library':26s} {'wall s':>8s} {'child s':>8s} {'vs sklearn':>10s} "
+        f"  {'library':30s} {'wall s':>8s} {'child s':>8s} {'vs sklearn':>10s} "
         f"{'compiles':>8s} {'compile s':>9s} {last:>12s}"
     )
     for row in result["rows"]:
         value = row.get("score" if section in "bc" else "lml")
         print(
-            f"  {row['library']:26s} {_fmt(row['wall_s'], '8.2f')} "
+            f"  {row['library']:30s} {_fmt(row['wall_s'], '8.2f')} "
             f"{_fmt(row['inner_s'], '8.2f')} {_fmt(row['ratio'], '9.2f')}x "
             f"{_fmt(row.get('xla_compiles'), '8.0f')} {_fmt(row.get('compile_s'), '9.2f')} "
             f"{_fmt(value, '12.5f')}"
@@ -545,7 +545,7 @@ def print_section(title: str, result: dict, section: str) -> None:
             thetas = [x.get("theta") for x in row["runs"] if x.get("theta")]
             if thetas:
                 th = ", ".join(f"{t:.4g}" for t in thetas[0])
-                print(f"  {row['library']:26s} last fit (amplitude, lengthscales, noise): {th}")
+                print(f"  {row['library']:30s} last fit (amplitude, lengthscales, noise): {th}")
 
 
 def write_chart(results: dict, path: str) -> None:

@@ -15,10 +15,14 @@ called as the estimator's default optimiser calls it). gpchol's is its L-BFGS's 
 (``FitResult.n_steps``) and evaluations of the compiled loss and gradient, counted around
 the host-driven line search (:meth:`gpchol._fit.lbfgs.LBFGS.host_step`). The log marginal
 likelihoods are printed beside them: fewer evaluations count only at the same optimum.
+``--tol`` and ``--patience`` set gpchol's stopping rule in (d) (its defaults otherwise),
+to set it beside L-BFGS-B's (one step of relative change below ``factr * eps``, about
+2.2e-9, or a projected gradient below 1e-5).
 
 Usage::
 
     python -m benchmarks.bench_search [--quick] [--sections a,b,d] [--json PATH]
+                                      [--tol T] [--patience K]
 """
 
 from __future__ import annotations
@@ -112,7 +116,7 @@ def section_ab(section: str, lib: str, counts: Counts, sz: dict) -> None:
         counts.lml.append(float(est.log_marginal_likelihood_value_))
 
 
-def section_d(lib: str, counts: Counts, sz: dict) -> None:
+def section_d(lib: str, counts: Counts, sz: dict, tol: float, patience: int) -> None:
     import numpy as np
 
     spec = {"n0": sz["d_n0"], "fits": sz["d_fits"]}
@@ -145,8 +149,8 @@ def section_d(lib: str, counts: Counts, sz: dict) -> None:
             p,
             y,
             steps=refit.MAX_STEPS,
-            tol=refit.TOL,
-            patience=refit.PATIENCE,
+            tol=tol,
+            patience=patience,
             progress=False,
             warm_start=res if warm else None,
         )
@@ -161,6 +165,10 @@ def main(argv=None) -> int:
     ap.add_argument("--sections", default=",".join(SECTIONS), help="of a,b,d")
     ap.add_argument("--json", help="write the record here")
     ap.add_argument("--quick", action="store_true", help="bench_refit's quick sizes")
+    ap.add_argument("--tol", type=float, default=refit.TOL, help="gpchol.fit's tol in (d)")
+    ap.add_argument(
+        "--patience", type=int, default=refit.PATIENCE, help="gpchol.fit's patience in (d)"
+    )
     args = ap.parse_args(argv)
     sections = [s for s in args.sections.split(",") if s]
     if bad := [s for s in sections if s not in SECTIONS]:
@@ -180,6 +188,7 @@ def main(argv=None) -> int:
     now = {"counts": Counts()}
     _count_gpchol(now)
     record: dict = {"quick": args.quick, "sizes": sz, "sections": {}}
+    record["gpchol_d"] = {"tol": args.tol, "patience": args.patience}
     print("bench_search: steps and evaluations to the optimum (one process)")
     print(f"  {'section':8} {'library':18} {'fits':>5} {'steps':>6} {'evals':>6}  LML (sum)")
     for s in sections:
@@ -187,7 +196,7 @@ def main(argv=None) -> int:
         for lib in (refit.SK, "gpchol", *(["gpchol warm_start"] if s == "d" else [])):
             counts = now["counts"] = Counts()
             if s == "d":
-                section_d(lib, counts, sz)
+                section_d(lib, counts, sz, args.tol, args.patience)
             else:
                 section_ab(s, lib, counts, sz)
             rows[lib] = counts.record()
