@@ -34,7 +34,9 @@ user's class must be passed in ``classes=`` (:func:`load`). Functions (a
 Reading checks, before anything is built: the format and version (a file from a newer
 gpchol is refused), the JSON's own SHA-256 (a hand-edited JSON is refused), the arrays
 file's name, size and SHA-256, and each array's dtype, shape and SHA-256; every problem is
-a :class:`SaveFileError` naming the file and what is wrong.
+a :class:`SaveFileError` naming the file and what is wrong. A dataclass's fields must be
+the class's, except that a field added to the class since the file was written and given
+a default there (``FitResult.optimizer_state``) takes that default.
 
 Dtypes: a float64 JAX array loaded while JAX's 64-bit mode is off (``jax_enable_x64``)
 would be truncated by JAX; it is returned as a NumPy float64 array instead (nothing is
@@ -531,7 +533,15 @@ class _Reader:
                     self.fail(f"class {name} has no fields (it is not a dataclass)")
                 known = {f.name: f for f in dataclasses.fields(cls)}
                 values = {k: self.decode(x, depth + 1) for k, x in v["fields"].items()}
-                if set(values) != set(known):
+                # a field added to the class later, with a default, may be missing (a file
+                # written before it): the default stands in; any other difference is refused
+                added = [
+                    k
+                    for k in set(known) - set(values)
+                    if known[k].default is not dataclasses.MISSING
+                    or known[k].default_factory is not dataclasses.MISSING
+                ]
+                if set(values) | set(added) != set(known):
                     self.fail(
                         f"the fields of {name} ({sorted(values)}) are not those of the class "
                         f"({sorted(known)}); was the class changed since the file was written?"

@@ -174,6 +174,12 @@ _ZOOM_CASES = {
     "clamped, reversed": ((1.0, 0.9604, 1.96, 0.0, 4e-4, -0.04, 1e-12), 0.1),
     # values within the noise (a GP fit's last steps): the slopes' secant zero
     "secant": ((1.0, -5.9e-11, 2.4e-17, 0.0, 0.0, -8e-18, 3.7e-5), 0.25),
+    # the secant's zero outside the bracket: clamped
+    "secant, clamped": ((0.0, 1.0, -1.0, 1.0, 1.0, -0.5, 1e-3), 0.9),
+    # flat values and equal slopes (the secant 0 / 0), or slopes falling across the
+    # bracket (the secant's zero a maximum): bisection
+    "secant undefined": ((0.0, 1.0, 2.0, 1.0, 1.0, 2.0, 1e-3), 0.5),
+    "secant at a maximum": ((0.0, 1.0, 1.0, 1.0, 1.0, -3.0, 1e-3), 0.5),
     "not finite": ((0.0, 1.0, -1.0, 1.0, np.inf, 1.0, 1e-12), 0.5),
 }
 
@@ -183,7 +189,8 @@ _ZOOM_CASES = {
 def test_zoom_trial(case: str, xp: Any):
     args, want = _ZOOM_CASES[case]
     a, b = (xp.asarray(v, xp.float32 if xp is jnp else float) for v in (args[:3], args[3:6]))
-    t = lbfgs_module._zoom_step(tuple(a), tuple(b), args[6])
+    with np.errstate(all="ignore"):  # as the host search runs it (0 / 0 in some cases)
+        t = lbfgs_module._zoom_step(tuple(a), tuple(b), args[6])
     np.testing.assert_allclose(float(t), want, rtol=1e-5)
 
 

@@ -22,6 +22,7 @@ from helpers import assert_same_saved_files
 
 from gpchol import (
     Bounded,
+    FitResult,
     GaussianProcess,
     Identity,
     Positive,
@@ -311,6 +312,34 @@ def test_failed_save_keeps_the_previous_files(
     assert_bit_equal(load(path), old)
 
 
+def _fit_result_file(tmp_path: pathlib.Path) -> tuple[pathlib.Path, dict[str, Any]]:
+    res = fit(lambda p: jnp.sum((p - 1.0) ** 2), jnp.zeros(2), steps=3, progress=False)
+    path = tmp_path / "res.json"
+    save(res, path)
+    return path, json.loads(path.read_text())
+
+
+def test_field_added_later_takes_its_default_other_field_changes_are_refused(
+    tmp_path: pathlib.Path,
+) -> None:
+    path, doc = _fit_result_file(tmp_path)
+    fields = doc["object"]["fields"]
+    # a file from before FitResult.optimizer_state (a field with a default) loads with it
+    del fields["optimizer_state"]
+    _rewrite(path, doc)
+    assert load(path).optimizer_state is None
+    for change in ("missing", "unknown"):
+        path, doc = _fit_result_file(tmp_path)
+        fields = doc["object"]["fields"]
+        if change == "missing":
+            del fields["loss"]  # no default: the file is not a FitResult of this gpchol
+        else:
+            fields["unknown"] = 1
+        _rewrite(path, doc)
+        with pytest.raises(SaveFileError, match="are not those of the class"):
+            load(path)
+
+
 def _rewrite(path: pathlib.Path, doc: dict[str, Any], rehash: bool = True) -> None:
     """Writes ``doc`` back, with its sha256 recomputed (a careful forger) unless told not."""
     import hashlib
@@ -451,6 +480,32 @@ def fixture_object() -> dict[str, Any]:
 def fixture_no_arrays() -> Any:
     """The object in ``tests/data/persist/plain.json``: no arrays, so no arrays file."""
     return kernels.Matern52(lengthscale=0.7, active_dims=(1,))
+
+
+def fixture_fit_result() -> FitResult:
+    """The object in ``tests/data/persist/fitresult.json``, saved before
+    ``FitResult.optimizer_state`` existed (see the README there)."""
+    return FitResult(
+        params={"a": jnp.asarray(1.5), "w": np.arange(2.0)},
+        loss=0.25,
+        log_marginal_likelihood=None,
+        history=np.array([1.0, 0.5, 0.25]),
+        n_steps=3,
+        converged=True,
+        success=True,
+        message="converged after 3 steps",
+        unconstrained_params={"a": jnp.asarray(0.4), "w": np.arange(2.0)},
+        restart_losses=[0.25],
+        optimizer="lbfgs",
+    )
+
+
+def test_fit_result_saved_before_optimizer_state_loads() -> None:
+    back = load(FIXTURES / "fitresult.json")
+    want = fixture_fit_result()
+    for f in dataclasses.fields(want):
+        assert_bit_equal(getattr(back, f.name), getattr(want, f.name))
+    assert back.optimizer_state is None
 
 
 @pytest.mark.parametrize(

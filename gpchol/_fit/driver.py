@@ -226,11 +226,12 @@ def fit(
             padding). Padded rows are masked (an identity row and column, a zero
             residual): value, gradient and optimum are those of the unpadded data, and
             fits of sizes in one bucket share one compiled step.
-        warm_start: the :class:`FitResult` of an earlier fit with the same optimiser and
-            parameter structure: the first start begins with its optimiser state
+        warm_start: the :class:`FitResult` of an earlier fit of the same parameters
+            (tree, shapes, dtypes) with the same optimiser: the first start (not the
+            restarts, nor a resumed checkpoint's) begins with its optimiser state
             (:attr:`FitResult.optimizer_state`; L-BFGS: the curvature pairs, the loss
-            evaluated anew at ``params``). A refit after a small change of the data (one
-            more point, as in Bayesian optimisation) then takes fewer steps; pass
+            evaluated anew at ``params``). Refits after small changes of the data (one
+            more point, as in Bayesian optimisation) then take fewer steps; pass
             ``warm_start.params`` as ``params`` to start at the earlier optimum.
 
     The compiled step is keyed by the model's structure (its jaxpr, tree structure,
@@ -244,7 +245,9 @@ def fit(
 
     Raises:
         ValueError: on a bad argument, an initial value outside its transform's domain,
-            or a non-finite initial loss.
+            a non-finite initial loss, or a ``warm_start`` of other parameters or another
+            optimiser (the message names the difference).
+        TypeError: ``warm_start`` that is not a :class:`FitResult`.
         CheckpointError: (:class:`~gpchol._fit.checkpoint.CheckpointError`, a
             ``ValueError``) with ``resume=True``, a checkpoint written by another fit
             (the message names each difference), of another format version, or damaged
@@ -315,7 +318,7 @@ def fit(
             key=raw_key,
             user=fingerprint,
         )
-    warm = None if warm_start is None else _warm_state(warm_start, opt_name, opt.init(u0))
+    warm = None if warm_start is None else _warm_state(warm_start, opt_name, u0, opt.init(u0))
     opt_key = optimizer_key(optimizer, learning_rate)
     if y is not None:
         program = gp_program(build_or_loss, y, transforms, u0, opt_key, opt, bucket)
@@ -373,9 +376,10 @@ def _start_point(plan: FitPlan, key: np.ndarray, r: int) -> Any:
     return canonical(jax.tree_util.tree_unflatten(treedef, moved))
 
 
-def _warm_state(warm_start: Any, opt_name: str, fresh: Any) -> Any:
-    """The first start's optimiser state taken from ``warm_start`` (validated against this
-    fit's ``fresh`` state); L-BFGS's evaluation it holds is of the earlier loss: dropped."""
+def _warm_state(warm_start: Any, opt_name: str, u0: Any, fresh: Any) -> Any:
+    """The first start's optimiser state taken from ``warm_start``, checked against this
+    fit's parameters ``u0`` and ``fresh`` optimiser state; L-BFGS's evaluation in it is of
+    the earlier loss: dropped (the start evaluates anew)."""
     if not isinstance(warm_start, FitResult):
         raise TypeError(
             f"warm_start must be the FitResult of an earlier gpchol.fit; got "
@@ -387,21 +391,45 @@ def _warm_state(warm_start: Any, opt_name: str, fresh: Any) -> Any:
             f"uses {opt_name!r}: pass the same optimizer, or no warm_start."
         )
     prior = warm_start.optimizer_state
-    leaves, tree = jax.tree_util.tree_flatten(fresh)
-
-    def layout(xs: Any) -> list[tuple[tuple[int, ...], Any]]:
-        return [(np.shape(a), np.asarray(a).dtype) for a in xs]
-
-    if not isinstance(prior, list | tuple) or layout(prior) != layout(leaves):
+    if prior is None:
         raise ValueError(
-            "warm_start's optimiser state does not fit this fit's parameters (another "
-            "parameter structure, size or dtype): warm-start only a fit of the same "
-            "parameters; its params can still be passed as this fit's params."
+            "warm_start holds no optimiser state (a result of `gpchol fit --group`, or one "
+            "saved by a gpchol before optimizer_state): fit once without warm_start and "
+            "warm-start from that result."
+        )
+    what = _layout_difference(warm_start.unconstrained_params, u0)
+    if what is not None:
+        raise ValueError(
+            f"warm_start's parameters differ from this fit's: {what}. Warm-start only a fit "
+            "of the same parameters (the same tree, shapes and dtypes); to start at its "
+            "values alone, pass warm_start.params as params without warm_start."
+        )
+    leaves, tree = jax.tree_util.tree_flatten(fresh)
+    what = _layout_difference(list(prior), leaves)
+    if what is not None:
+        raise ValueError(
+            f"warm_start's optimiser state does not fit this fit's optimiser: {what} (other "
+            "optimiser settings, e.g. L-BFGS's memory); pass the same settings, or no "
+            "warm_start."
         )
     state = jax.tree_util.tree_unflatten(tree, list(prior))
     if isinstance(state, LBFGSState):
         state = state._replace(known=np.zeros((), bool))
     return canonical(state)
+
+
+def _layout_difference(theirs: Any, ours: Any) -> str | None:
+    """The first difference of tree, shape or dtype between two pytrees of arrays, in
+    words (``None``: the same layout)."""
+    (a, tree_a), (b, tree_b) = (jax.tree_util.tree_flatten_with_path(t) for t in (theirs, ours))
+    if tree_a != tree_b:  # type: ignore[operator]  # (JAX's stubs type it loosely)
+        return f"another tree ({tree_a} there, {tree_b} here)"
+    for (path, x), (_, y) in zip(a, b, strict=True):
+        sx, sy = (np.shape(x), np.asarray(x).dtype), (np.shape(y), np.asarray(y).dtype)
+        if sx != sy:
+            where = jax.tree_util.keystr(path) or "the parameters"
+            return f"{where} is {sx[1]} of shape {sx[0]} there, {sy[1]} of shape {sy[0]} here"
+    return None
 
 
 def _begin_start(plan: FitPlan, state: FitState, r: int) -> None:

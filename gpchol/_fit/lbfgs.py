@@ -277,7 +277,8 @@ def _zoom_step(end_a: tuple[Arr, ...], end_b: tuple[Arr, ...], noise: Arr) -> Ar
     near a minimum), they say nothing of the curvature and the trial is the zero of the
     slopes' secant instead (Hager & Zhang, 2005, sec. 2). The trial is clamped to the
     inner 80 % of the bracket, so that the bracket shrinks by 10 % at least; bisection
-    where neither is defined (an end not finite).
+    where neither is defined (an end not finite, no real cubic minimiser, slopes that do
+    not grow across the bracket).
     """
     (a, fa, da), (b, fb, db) = end_a, end_b
     xp, where = _ops(a).xp, _ops(a).where
@@ -291,7 +292,8 @@ def _zoom_step(end_a: tuple[Arr, ...], end_b: tuple[Arr, ...], noise: Arr) -> Ar
     width = xp.abs(b - a)
     lower = xp.minimum(a, b) + 0.1 * width
     upper = xp.maximum(a, b) - 0.1 * width
-    good = (flat | (d2sq >= 0)) & xp.isfinite(t)
+    # the secant's zero is a minimum where the slope grows from a to b
+    good = where(flat, (db - da) * (b - a) > 0, d2sq >= 0) & xp.isfinite(t)
     good = good & xp.isfinite(fa) & xp.isfinite(fb) & xp.isfinite(da) & xp.isfinite(db)
     return where(good, xp.minimum(xp.maximum(t, lower), upper), 0.5 * (a + b))
 
