@@ -418,6 +418,12 @@ def _warm_state(warm_start: Any, opt_name: str, u0: Any, fresh: Any) -> Any:
     return canonical(state)
 
 
+def _has_pairs(st: LBFGSState) -> bool:
+    # read on the host: a comparison of a JAX array (the compiled step's state) would
+    # compile a program of its own
+    return int(np.asarray(st.n_pairs)) > 0
+
+
 def _layout_difference(theirs: Any, ours: Any) -> str | None:
     """The first difference of tree, shape or dtype between two pytrees of arrays, in
     words (``None``: the same layout)."""
@@ -485,7 +491,7 @@ def _run_steps(plan: FitPlan, state: FitState, session: FitSession) -> None:
         state.history.append(v)
         state.last_good = state.params
         state.params, state.opt_state = u_new, s_new
-        if isinstance(s_new, LBFGSState) and s_new.n_pairs > 0:
+        if isinstance(s_new, LBFGSState) and _has_pairs(s_new):
             state.last_pairs = s_new
         state.step += 1
         session.bar.update(state.step, v)
@@ -585,7 +591,7 @@ def _end_start(plan: FitPlan, state: FitState) -> None:
     )
     if better_start(final_loss, None if state.best is None else state.best.loss):
         state.best, state.best_params = record, final_u
-        cleared = isinstance(state.opt_state, LBFGSState) and state.opt_state.n_pairs == 0
+        cleared = isinstance(state.opt_state, LBFGSState) and not _has_pairs(state.opt_state)
         pairs = state.last_pairs if cleared and state.last_pairs is not None else None
         state.best_opt_state = state.opt_state if pairs is None else pairs
     state.restart = r + 1
