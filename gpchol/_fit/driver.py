@@ -229,7 +229,7 @@ def fit(
         warm_start: the :class:`FitResult` of an earlier fit of the same parameters
             (tree, shapes, dtypes) with the same optimiser: the first start (not the
             restarts, nor a resumed checkpoint's) begins with its optimiser state
-            (:attr:`FitResult.optimizer_state`; L-BFGS: the curvature pairs, the loss
+            (``FitResult.optimizer_state``; L-BFGS: the curvature pairs, the loss
             evaluated anew at ``params``). Refits after small changes of the data (one
             more point, as in Bayesian optimisation) then take fewer steps; pass
             ``warm_start.params`` as ``params`` to start at the earlier optimum.
