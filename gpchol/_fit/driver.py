@@ -591,9 +591,9 @@ def _end_start(plan: FitPlan, state: FitState) -> None:
     )
     if better_start(final_loss, None if state.best is None else state.best.loss):
         state.best, state.best_params = record, final_u
-        cleared = isinstance(state.opt_state, LBFGSState) and not _has_pairs(state.opt_state)
-        pairs = state.last_pairs if cleared and state.last_pairs is not None else None
-        state.best_opt_state = state.opt_state if pairs is None else pairs
+        # L-BFGS's last state with pairs is its final one unless the search cleared them
+        last = state.last_pairs
+        state.best_opt_state = state.opt_state if last is None else last
     state.restart = r + 1
     if state.restart < plan.n_starts:
         _begin_start(plan, state, state.restart)
