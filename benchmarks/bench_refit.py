@@ -187,7 +187,9 @@ def _bo_data(spec: dict):
         yield X[:n], (y - np.mean(y)) / np.std(y)
 
 
-def _child_bo_sklearn(spec: dict) -> dict:
+def bo_fits_sklearn(spec: dict, optimizer="fmin_l_bfgs_b"):
+    """The loop's scikit-learn fits, each started from the previous fit's ``kernel_``:
+    yields each fitted ``GaussianProcessRegressor`` (``optimizer``: the estimator's)."""
     import numpy as np
     from sklearn.gaussian_process import GaussianProcessRegressor
     from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
@@ -196,8 +198,15 @@ def _child_bo_sklearn(spec: dict) -> dict:
     kernel = ConstantKernel(s["amplitude"]) * RBF(s["lengthscale"] * np.ones(2))
     kernel = kernel + WhiteKernel(s["noise"])
     for X, y in _bo_data(spec):
-        gp = GaussianProcessRegressor(kernel).fit(X, y)
+        gp = GaussianProcessRegressor(kernel, optimizer=optimizer).fit(X, y)
         kernel = gp.kernel_  # the next fit starts here
+        yield gp
+
+
+def _child_bo_sklearn(spec: dict) -> dict:
+    import numpy as np
+
+    *_, gp = bo_fits_sklearn(spec)  # the last fit
     return {
         "lml": float(gp.log_marginal_likelihood_value_),
         "theta": np.exp(gp.kernel_.theta).tolist(),
@@ -218,20 +227,15 @@ def _bo_start():
     }
 
 
-def _child_bo_gpchol(spec: dict) -> dict:
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
+def bo_fits_gpchol(spec: dict, warm_start: bool = False, tol=TOL, patience=PATIENCE):
+    """The loop's ``gpchol.fit`` calls, each started from the previous fit's parameters
+    (with ``warm_start``: and its result's optimiser state): yields each ``FitResult``."""
     import jax.numpy as jnp
-    import numpy as np
 
     import gpchol
     from gpchol import kernels
 
-    if spec.get("cache"):
-        _enable_cache(spec["cache"])
     p, res = _bo_start(), None
-    warm = {"warm_start": None} if spec.get("ws") else {}
     for X, y in _bo_data(spec):
         res = gpchol.fit(
             lambda q, X=X: gpchol.GaussianProcess(
@@ -242,14 +246,25 @@ def _child_bo_gpchol(spec: dict) -> dict:
             p,
             y,
             steps=MAX_STEPS,
-            tol=TOL,
-            patience=PATIENCE,
+            tol=tol,
+            patience=patience,
             progress=False,
-            **warm,
+            warm_start=res if warm_start else None,
         )
         p = res.params  # the next fit starts here (NumPy leaves)
-        if warm:
-            warm["warm_start"] = res  # ... with this fit's curvature pairs
+        yield res
+
+
+def _child_bo_gpchol(spec: dict) -> dict:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+
+    if spec.get("cache"):
+        _enable_cache(spec["cache"])
+    *_, res = bo_fits_gpchol(spec, warm_start=bool(spec.get("ws")))  # the last fit
+    p = res.params
     theta = [float(np.exp(p["log_amp"])), *map(float, np.exp(p["log_ls"]))]
     return {
         "lml": float(res.log_marginal_likelihood),
@@ -608,15 +623,20 @@ def write_chart(results: dict, path: str) -> None:
     plt.close(fig)
 
 
+def diabetes():
+    """``(X (442, 10), y (442,))``: scikit-learn's diabetes data, X standardised per column
+    over all rows (the problem of (a)-(c))."""
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    return (X - X.mean(axis=0)) / X.std(axis=0), y
+
+
 def _write_data(tmp: str, sections: list[str]) -> None:
     import numpy as np
 
     if any(s in "abc" for s in sections):
-        from sklearn.datasets import load_diabetes
-
-        X, y = load_diabetes(return_X_y=True)
-        X = (X - X.mean(axis=0)) / X.std(axis=0)
-        np.savez(os.path.join(tmp, "diabetes.npz"), X=X, y=y)
+        np.savez(os.path.join(tmp, "diabetes.npz"), **dict(zip("Xy", diabetes(), strict=True)))
     if "e" in sections:
         # as arrays, so that scikit-learn's process imports neither gpchol nor JAX
         from gpchol import datasets

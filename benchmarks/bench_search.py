@@ -87,15 +87,6 @@ def _sklearn_optimizer(counts: Counts):
     return optimizer
 
 
-def _diabetes(n: int):
-    import numpy as np
-    from sklearn.datasets import load_diabetes
-
-    X, y = load_diabetes(return_X_y=True)
-    X = (X - X.mean(axis=0)) / X.std(axis=0)
-    return np.asarray(X[:n]), np.asarray(y[:n])
-
-
 def _estimator(lib: str, d: int, counts: Counts):
     est = refit._diabetes_estimator(lib, d)
     if lib == refit.SK:
@@ -106,7 +97,8 @@ def _estimator(lib: str, d: int, counts: Counts):
 def section_ab(section: str, lib: str, counts: Counts, sz: dict) -> None:
     from sklearn.model_selection import KFold
 
-    X, y = _diabetes(sz["a_n"] if section == "a" else sz["bc_n"])
+    n = sz["a_n"] if section == "a" else sz["bc_n"]
+    X, y = (a[:n] for a in refit.diabetes())
     splits = [(slice(None), None)] if section == "a" else KFold(5).split(X)
     for train, _ in splits:
         est = _estimator(lib, X.shape[1], counts).fit(X[train], y[train])
@@ -117,44 +109,13 @@ def section_ab(section: str, lib: str, counts: Counts, sz: dict) -> None:
 
 
 def section_d(lib: str, counts: Counts, sz: dict, tol: float, patience: int) -> None:
-    import numpy as np
-
     spec = {"n0": sz["d_n0"], "fits": sz["d_fits"]}
     if lib == refit.SK:
-        from sklearn.gaussian_process import GaussianProcessRegressor
-        from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
-
-        s = refit.BO_START
-        kernel = ConstantKernel(s["amplitude"]) * RBF(s["lengthscale"] * np.ones(2))
-        kernel = kernel + WhiteKernel(s["noise"])
-        for X, y in refit._bo_data(spec):
-            gp = GaussianProcessRegressor(kernel, optimizer=_sklearn_optimizer(counts)).fit(X, y)
-            kernel = gp.kernel_
+        for gp in refit.bo_fits_sklearn(spec, optimizer=_sklearn_optimizer(counts)):
             counts.lml.append(float(gp.log_marginal_likelihood_value_))
         return
-    import jax.numpy as jnp
-
-    import gpchol
-    from gpchol import kernels
-
-    p, res = refit._bo_start(), None
     warm = lib.endswith("warm_start")
-    for X, y in refit._bo_data(spec):
-        res = gpchol.fit(
-            lambda q, X=X: gpchol.GaussianProcess(
-                jnp.exp(q["log_amp"]) * kernels.ExpSquared(jnp.exp(q["log_ls"])),
-                X,
-                noise=jnp.exp(q["log_noise"]),
-            ),
-            p,
-            y,
-            steps=refit.MAX_STEPS,
-            tol=tol,
-            patience=patience,
-            progress=False,
-            warm_start=res if warm else None,
-        )
-        p = res.params
+    for res in refit.bo_fits_gpchol(spec, warm_start=warm, tol=tol, patience=patience):
         counts.steps += res.n_steps
         counts.fits += 1
         counts.lml.append(float(res.log_marginal_likelihood))
