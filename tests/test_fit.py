@@ -168,7 +168,8 @@ def test_checkpoint_format_is_pinned(scale_problem: ScaleProblem, tmp_path: path
     st = meta["state"]
     assert list(st) == [
         "restart", "step", "stall", "done", "stopped", "message", "restart_losses",
-        "n_param_leaves", "n_state_leaves", "has_last_good", "best",
+        "n_param_leaves", "n_state_leaves", "has_last_good", "best", "has_best_opt_state",
+        "has_last_pairs",
     ]  # fmt: skip
     assert list(st["best"]) == ["loss", "n_steps", "converged", "success", "message", "restart"]
     assert st["restart"] == 2 and st["has_last_good"]
@@ -179,7 +180,7 @@ def test_checkpoint_format_is_pinned(scale_problem: ScaleProblem, tmp_path: path
     with np.load(tmp_path / meta["arrays"], allow_pickle=False) as z:
         assert z.files == [
             "history", "rng_key", "u_0", *(f"s_{i}" for i in range(n_s)), "g_0", "b_0",
-            "best_history",
+            "best_history", *(f"o_{i}" for i in range(n_s)), *(f"p_{i}" for i in range(n_s)),
         ]  # fmt: skip
         assert z["best_history"].shape == (st["best"]["n_steps"],)
 

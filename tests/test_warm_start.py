@@ -99,7 +99,7 @@ def test_bad_warm_start_is_refused_saying_what_differs(rng: np.random.Generator)
     res = fit(_build(X), P0, y, steps=3, progress=False)
     with pytest.raises(TypeError, match=r"FitResult of an earlier gpchol\.fit"):
         fit(_build(X), P0, y, warm_start=res.params, progress=False)
-    with pytest.raises(ValueError, match="optimizer='lbfgs'"):
+    with pytest.raises(ValueError, match=r"another optimiser \(its state is .*LBFGSState"):
         fit(_build(X), P0, y, optimizer="adam", warm_start=res, progress=False)
     no_state = dataclasses.replace(res, optimizer_state=None)
     with pytest.raises(ValueError, match="holds no optimiser state"):
@@ -117,11 +117,63 @@ def test_bad_warm_start_is_refused_saying_what_differs(rng: np.random.Generator)
 
     with pytest.raises(ValueError, match="another tree"):
         fit(build_renamed, renamed, y, warm_start=res, progress=False)
-    # two optax optimisers share a name (their class's): the states' layouts tell them apart
-    adam = fit(_build(X), P0, y, optimizer=optax.adam(0.01), steps=2, progress=False)
-    sgd = optax.sgd(0.01, momentum=0.9)
-    with pytest.raises(ValueError, match="does not fit this fit's optimiser"):
-        fit(_build(X), P0, y, optimizer=sgd, warm_start=adam, progress=False)
+    # float32 parameters there, float64 here: the message points at JAX's 64-bit mode
+    p32 = jax.tree_util.tree_map(lambda v: np.asarray(v, np.float32), P0)
+    res32 = fit(_build(X), p32, y, steps=2, progress=False)
+    with pytest.raises(ValueError, match=r"float32 of shape .* there.*jax_enable_x64"):
+        fit(_build(X), P0, y, warm_start=res32, progress=False)
+
+
+def test_optax_optimizers_are_told_apart_by_their_states(rng: np.random.Generator):
+    """Every optax optimiser has one name (its class's); the state's structure tells them
+    apart even where the leaves agree (SGD's momentum and RMSprop's squares: one array per
+    parameter each), and gpchol's ``"adam"`` is optax's Adam."""
+    X, y = _data(rng, 20)
+    sgd = fit(_build(X), P0, y, optimizer=optax.sgd(0.01, momentum=0.9), steps=3, progress=False)
+    assert len(sgd.optimizer_state) == len(jax.tree_util.tree_leaves(P0))
+    with pytest.raises(ValueError, match=r"another optimiser .*TraceState.*ScaleByRmsState"):
+        fit(_build(X), P0, y, optimizer=optax.rmsprop(0.01), warm_start=sgd, progress=False)
+    with pytest.raises(ValueError, match=r"another optimiser .*TraceState.*ScaleByAdamState"):
+        fit(_build(X), P0, y, optimizer=optax.adam(0.01), warm_start=sgd, progress=False)
+    again = fit(
+        _build(X),
+        P0,
+        y,
+        optimizer=optax.sgd(0.01, momentum=0.9),
+        steps=2,
+        tol=0.0,
+        warm_start=sgd,
+        progress=False,
+    )
+    assert again.success and again.n_steps == 2
+    named = fit(_build(X), P0, y, optimizer="adam", steps=3, tol=0.0, progress=False)
+    by_optax = fit(
+        _build(X),
+        P0,
+        y,
+        optimizer=optax.adam(0.05),
+        steps=2,
+        tol=0.0,
+        warm_start=named,
+        progress=False,
+    )
+    assert int(np.asarray(by_optax.optimizer_state[0])) == 5  # Adam's step count went on
+
+
+def test_a_result_without_the_state_structure(rng: np.random.Generator):
+    """A result saved before the structure was recorded warm-starts gpchol's own
+    optimiser of its name, and nothing it cannot be checked against."""
+    X, y = _data(rng, 20)
+    old = dataclasses.replace(
+        fit(_build(X), P0, y, steps=3, progress=False), optimizer_state_tree=None
+    )
+    assert fit(_build(X), P0, y, steps=2, warm_start=old, progress=False).success
+    with pytest.raises(ValueError, match="saved without its optimiser state's structure"):
+        fit(_build(X), P0, y, optimizer="adam", warm_start=old, progress=False)
+    sgd = fit(_build(X), P0, y, optimizer=optax.sgd(0.01), steps=2, progress=False)
+    sgd = dataclasses.replace(sgd, optimizer_state_tree=None)
+    with pytest.raises(ValueError, match="saved without its optimiser state's structure"):
+        fit(_build(X), P0, y, optimizer=optax.sgd(0.01), warm_start=sgd, progress=False)
 
 
 def test_a_saved_result_warm_starts_the_same(rng: np.random.Generator, tmp_path):
@@ -138,3 +190,33 @@ def test_a_saved_result_warm_starts_the_same(rng: np.random.Generator, tmp_path)
     # the state was used: the steps differ from a cold start's (fewer or more in one fit;
     # fewer over a loop, above)
     assert len(a.history) != len(cold.history) or not np.array_equal(a.history, cold.history)
+
+
+@pytest.mark.parametrize("stop_at", [(1, 2), (2, 1)], ids=["in-the-next-start", "in-the-best"])
+def test_a_resumed_fit_ends_with_the_uninterrupted_state(tmp_path, stop_at):
+    """Interrupted after the best start ended (the checkpoint then holds that start's
+    final state) or inside it (its last state with curvature pairs), the resumed fit hands
+    a warm start the same optimiser state as an uninterrupted one."""
+    step, visit = stop_at
+
+    def loss(p: jnp.ndarray) -> jnp.ndarray:  # double well; with this key start 1 is best
+        return jnp.sum((p**2 - 1.0) ** 2 + 0.3 * p)
+
+    kw = {"restarts": 1, "key": jax.random.PRNGKey(1), "progress": False}
+    whole = fit(loss, np.asarray([-0.9]), **kw)
+    seen: list[int] = []
+
+    def interrupt(k: int, p: Any, v: float) -> None:
+        seen.append(k)
+        if k == step and seen.count(k) == visit:
+            raise KeyboardInterrupt
+
+    ck = tmp_path / "ck"
+    with pytest.raises(KeyboardInterrupt):
+        fit(loss, np.asarray([-0.9]), checkpoint=ck, checkpoint_every=1, callback=interrupt, **kw)
+    resumed = fit(loss, np.asarray([-0.9]), checkpoint=ck, **kw)
+    assert resumed.loss == whole.loss and resumed.restart_losses == whole.restart_losses
+    assert int(lbfgs_module.LBFGSState(*whole.optimizer_state).n_pairs) > 0
+    assert len(resumed.optimizer_state) == len(whole.optimizer_state)
+    for a, b in zip(whole.optimizer_state, resumed.optimizer_state, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -276,9 +276,14 @@ def save_checkpoint(
     if state.best is not None:
         arrays.update(_numbered("b", state.best_params))
         arrays["best_history"] = np.asarray(state.best.history, np.float64)
+    # the optimiser states a result hands to a later warm start (same layout as "s")
+    if state.best_opt_state is not None:
+        arrays.update(_numbered("o", state.best_opt_state))
+    if state.last_pairs is not None:
+        arrays.update(_numbered("p", state.last_pairs))
     json_path = base + ".json"
     f = write_arrays(json_path, arrays)
-    manifest = {
+    manifest: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
         "arrays": f.name,
@@ -299,6 +304,10 @@ def save_checkpoint(
             "best": None if state.best is None else state.best.meta(),
         },
     }
+    # optional entries (a reader that predates them resumes without them)
+    for name, tree in (("best_opt_state", state.best_opt_state), ("last_pairs", state.last_pairs)):
+        if tree is not None:
+            manifest["state"][f"has_{name}"] = True
     text = json.dumps(manifest, indent=2) + "\n"
     commit(json_path, text, keep=f.name, remove=stale_files(json_path))  # the commit
     return f.name
@@ -404,6 +413,11 @@ def load_checkpoint(
             best_history = [float(x) for x in arrays["best_history"]]
             state.best = StartRecord.from_meta(st["best"], best_history)
             state.best_params = tree("b", params_like, n_u, "parameters")
+        # absent from a checkpoint of an earlier gpchol: a warm start then gets a fresh state
+        if st.get("has_best_opt_state"):
+            state.best_opt_state = tree("o", state.opt_state, n_s, "optimizer state")
+        if st.get("has_last_pairs"):
+            state.last_pairs = tree("p", state.opt_state, n_s, "optimizer state")
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, CheckpointError):
             raise

@@ -37,9 +37,10 @@ import numpy as np
 
 from gpchol._base.transforms import to_constrained, to_unconstrained
 from gpchol._base.validate import check_fit_settings
-from gpchol._fit.fingerprint import fit_fingerprint
+from gpchol._fit.fingerprint import describe_structure, fit_fingerprint
 from gpchol._fit.lbfgs import LBFGSState, host_ravel
 from gpchol._fit.objective import (
+    OWN_OPTIMIZERS,
     StepFn,
     default_transforms,
     make_optimizer,
@@ -86,8 +87,12 @@ class FitResult:
         optimizer_state: the leaves (``jax.tree_util.tree_leaves`` order, a list of
             arrays: saved and loaded as such) of the optimiser's state at the end of the
             best start (L-BFGS: its last state holding curvature pairs), for a later
-            fit's ``warm_start``; a fresh state's when that start ended before the fit was
-            resumed from a checkpoint.
+            fit's ``warm_start`` (a fresh state's when the fit resumed a checkpoint that
+            an earlier gpchol wrote without it).
+        optimizer_state_tree: that state's tree structure in words (its optimiser's state
+            classes, e.g. L-BFGS's or Adam's), which a ``warm_start`` must match;
+            ``None`` in a result saved by a gpchol before it (such a result warm-starts
+            only gpchol's own ``"lbfgs"`` or ``"adam"`` fit).
 
     Example:
         >>> from gpchol import fit
@@ -108,6 +113,7 @@ class FitResult:
     restart_losses: list[float]
     optimizer: str
     optimizer_state: Any = None
+    optimizer_state_tree: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -385,11 +391,6 @@ def _warm_state(warm_start: Any, opt_name: str, u0: Any, fresh: Any) -> Any:
             f"warm_start must be the FitResult of an earlier gpchol.fit; got "
             f"{type(warm_start).__name__}."
         )
-    if warm_start.optimizer != opt_name:
-        raise ValueError(
-            f"warm_start comes from a fit with optimizer={warm_start.optimizer!r}, this fit "
-            f"uses {opt_name!r}: pass the same optimizer, or no warm_start."
-        )
     prior = warm_start.optimizer_state
     if prior is None:
         raise ValueError(
@@ -397,10 +398,29 @@ def _warm_state(warm_start: Any, opt_name: str, u0: Any, fresh: Any) -> Any:
             "saved by a gpchol before optimizer_state): fit once without warm_start and "
             "warm-start from that result."
         )
+    # The state's structure names its optimiser's state classes: two optax optimisers
+    # with the same leaves (SGD's momentum, RMSprop's squares) differ there, and "adam"
+    # and optax.adam(...) agree. A result from before the structure was recorded is
+    # trusted only between gpchol's own optimisers of one name.
+    theirs, ours = warm_start.optimizer_state_tree, describe_structure(fresh)
+    if theirs is None and (warm_start.optimizer != opt_name or opt_name not in OWN_OPTIMIZERS):
+        raise ValueError(
+            f"warm_start (optimizer={warm_start.optimizer!r}) was saved without its "
+            "optimiser state's structure, so it cannot be checked against this fit's "
+            f"optimizer ({opt_name!r}): fit once without warm_start and warm-start from "
+            "that result."
+        )
+    if theirs is not None and theirs != ours:
+        raise ValueError(
+            "warm_start's optimiser state belongs to another optimiser (its state is "
+            f"{theirs}, this fit's {ours}): pass the optimizer of that fit, or no "
+            "warm_start."
+        )
     what = _layout_difference(warm_start.unconstrained_params, u0)
     if what is not None:
         raise ValueError(
-            f"warm_start's parameters differ from this fit's: {what}. Warm-start only a fit "
+            f"warm_start's parameters differ from this fit's: {what}{_x64_hint(what)}. "
+            "Warm-start only a fit "
             "of the same parameters (the same tree, shapes and dtypes); to start at its "
             "values alone, pass warm_start.params as params without warm_start."
         )
@@ -408,14 +428,21 @@ def _warm_state(warm_start: Any, opt_name: str, u0: Any, fresh: Any) -> Any:
     what = _layout_difference(list(prior), leaves)
     if what is not None:
         raise ValueError(
-            f"warm_start's optimiser state does not fit this fit's optimiser: {what} (other "
-            "optimiser settings, e.g. L-BFGS's memory); pass the same settings, or no "
-            "warm_start."
+            f"warm_start's optimiser state does not fit this fit's optimiser: {what} "
+            "(another optimiser, or other settings of it); pass the optimizer of that fit, "
+            "or no warm_start."
         )
     state = jax.tree_util.tree_unflatten(tree, list(prior))
     if isinstance(state, LBFGSState):
         state = state._replace(known=np.zeros((), bool))
     return canonical(state)
+
+
+def _x64_hint(what: str) -> str:
+    """A hint where float64 meets float32: JAX's 64-bit mode differs between the fits."""
+    if "float64" in what and "float32" in what:
+        return " (is jax_enable_x64 set in one process and not the other?)"
+    return ""
 
 
 def _has_pairs(st: LBFGSState) -> bool:
@@ -631,4 +658,5 @@ def _result(plan: FitPlan, state: FitState, *, has_y: bool) -> FitResult:
         restart_losses=[float(x) for x in state.restart_losses],
         optimizer=plan.optimizer,
         optimizer_state=jax.tree_util.tree_leaves(state.opt_state),
+        optimizer_state_tree=describe_structure(state.opt_state),
     )

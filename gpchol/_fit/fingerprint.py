@@ -42,7 +42,7 @@ import numpy as np
 
 from gpchol._base.transforms import Transform
 
-__all__ = ["compare", "describe_tree", "fit_fingerprint", "tree_digest"]
+__all__ = ["compare", "describe_structure", "describe_tree", "fit_fingerprint", "tree_digest"]
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
@@ -101,6 +101,24 @@ def _shapes(leaves: list[Any]) -> str:
     return "[" + ", ".join(out) + "]"
 
 
+def describe_structure(tree: Any) -> str:
+    """A pytree's structure alone (its node types and keys), as one line.
+
+    Args:
+        tree: a pytree.
+
+    Returns:
+        E.g. ``"PyTreeDef({'s': *})"``.
+
+    Example:
+        >>> import numpy as np
+        >>> from gpchol._fit.fingerprint import describe_structure
+        >>> describe_structure({"s": np.zeros(2)})
+        "PyTreeDef({'s': *})"
+    """
+    return _clean(str(jax.tree_util.tree_structure(tree)))
+
+
 def describe_tree(tree: Any) -> str:
     """A pytree's structure and the dtype and shape of each leaf, as one line.
 
@@ -116,8 +134,7 @@ def describe_tree(tree: Any) -> str:
         >>> describe_tree({"s": np.zeros(2)})
         "PyTreeDef({'s': *}) leaves [float64[2]]"
     """
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    return f"{_clean(str(treedef))} leaves {_shapes(leaves)}"
+    return f"{describe_structure(tree)} leaves {_shapes(jax.tree_util.tree_leaves(tree))}"
 
 
 def _arrays_summary(arrays: list[Any]) -> str:

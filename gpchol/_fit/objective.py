@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # optax is imported where it is used, never by `import gpchol
     import optax
 
 __all__ = [
+    "OWN_OPTIMIZERS",
     "Optimizer",
     "StepFn",
     "data_step_fn",
@@ -80,6 +81,11 @@ def default_transforms(params: Any) -> Any:
     return jax.tree_util.tree_map(
         own, params, is_leaf=lambda x: isinstance(x, (Kernel, Mean)) or x is None
     )
+
+
+#: The names :func:`make_optimizer` gives gpchol's own optimisers (an optax
+#: transformation is named by its type).
+OWN_OPTIMIZERS = ("lbfgs", "adam")
 
 
 def make_optimizer(

@@ -181,12 +181,12 @@ class FitState:
             the first step of a start).
         best: how the best finished start ended (``None`` before the first ends).
         best_params: that start's final parameters (unconstrained space).
-        best_opt_state: the optimiser state that start ended with (``None`` when it
-            ended before a resume: not part of a checkpoint, see :func:`gpchol.fit`'s
-            ``warm_start``); L-BFGS's last one holding curvature pairs.
+        best_opt_state: the optimiser state that start ended with (for
+            :func:`gpchol.fit`'s ``warm_start``); L-BFGS's last one holding curvature
+            pairs.
         last_pairs: the current start's last L-BFGS state holding curvature pairs (its
             search clears them after a step without decrease, as near a minimum reached
-            to rounding); not part of a checkpoint.
+            to rounding).
         restart_losses: the final loss of every finished start, in order.
     """
 
