@@ -117,6 +117,62 @@ def test_padded_fit_reaches_the_unpadded_optimum(rng, n) -> None:
         np.testing.assert_allclose(float(a.params[k]), float(b.params[k]), rtol=1e-6)
 
 
+def _first_losses(build, y, p0, transforms):
+    """The first loss of a fit with and without buckets: the value at ``p0``."""
+    kw = {"transforms": transforms, "steps": 1, "progress": False}
+    return [float(fit(build, p0, y, bucket=b, **kw).history[0]) for b in (True, False)]
+
+
+def test_one_noise_value_of_shape_1_is_not_padded_as_per_point(rng) -> None:
+    """A noise of shape (1,) is one value for every point (it broadcasts): the bucket's
+    padding leaves it alone (it was padded as a per-point noise, giving the real points
+    after the first a noise of 1)."""
+    X, y = _data(rng, 20)
+    T1 = {"ls": Positive()}
+    for noise in (0.01, np.array([0.01])):
+
+        def build(p, noise=noise):
+            return GaussianProcess(kernels.ExpSquared(p["ls"]), X, noise=noise)
+
+        want = -float(build({"ls": 1.3}).log_marginal_likelihood(y))
+        np.testing.assert_allclose(_first_losses(build, y, {"ls": 1.3}, T1), want, rtol=1e-10)
+
+
+def test_a_mask_of_the_users_own_is_kept_within_the_bucket(rng) -> None:
+    """A GP built with a mask (the user's own padded rows) fits the same with buckets:
+    the bucket's mask is combined with it (it replaced it, fitting the user's padded rows
+    as data)."""
+    X, y = _data(rng, 24)
+    X[20:], y[20:] = 0.0, 50.0  # the user's padding: anything
+    mask = np.arange(24) < 20
+
+    def build(p):
+        return GaussianProcess(
+            p["amp"] * kernels.ExpSquared(p["ls"]), X, noise=p["noise"], mask=mask
+        )
+
+    want = -float(_build(X[:20])(P0).log_marginal_likelihood(y[:20]))
+    np.testing.assert_allclose(_first_losses(build, y, P0, T), want, rtol=1e-10)
+    a = fit(build, P0, y, transforms=T, progress=False, bucket=True)
+    b = _fit(X[:20], y[:20], bucket=False)
+    np.testing.assert_allclose(a.loss, b.loss, rtol=1e-9)
+
+
+def test_diagnostics_of_a_padded_posterior_are_the_real_points(rng) -> None:
+    """A posterior of padded rows (every estimator's) reports the conditioning of the
+    real points' covariance, as the GP's own diagnostics do."""
+    X, y = _data(rng, 20)
+    size = programs.bucket_size(20)
+    Xp = np.concatenate([X, np.repeat(X[:1], size - 20, axis=0)])
+    yp = np.concatenate([y, np.zeros(size - 20)])
+    p = {"amp": 1e-4, "ls": 1.0, "noise": 1e-6}
+    padded = _build(Xp)(p).with_mask(np.arange(size) < 20)
+    want = float(_build(X)(p).condition(y).diagnostics().rcond)
+    assert want < 0.1  # far from the padded rows' unit pivots
+    np.testing.assert_allclose(float(padded.condition(yp).diagnostics().rcond), want, rtol=1e-10)
+    np.testing.assert_allclose(float(padded.diagnostics().rcond), want, rtol=1e-10)
+
+
 # ------------------------------------------------------------------ compile once, fit many
 
 

@@ -20,10 +20,13 @@ Arrays are arguments of the program, never constants baked into it, so arrays ca
 a user's function that change between fits give the new result. Where the jaxpr holds
 something this cannot see into (an inner ``jax.jit`` or custom derivative rule that closes
 over arrays, a callback), :func:`gp_program` and :func:`loss_program` return ``None`` and
-the caller compiles the closure as before: slower, never stale.
+the caller compiles the closure as before: slower, never stale. A Python function held
+as a static field (a :class:`gpchol.means.Function`'s ``fn``, a function kernel) is keyed
+by its identity, as ``jax.jit`` keys static arguments: one that reads global state which
+changes between fits is read once, when its program is traced.
 
 **Buckets.** For a :class:`gpchol.GaussianProcess` whose training inputs (and per-point
-noise, if any) do not depend on the parameters, the ``n`` training points are padded up to
+noise and mask, if any) do not depend on the parameters, the ``n`` training points are padded up to
 :func:`bucket_size` rows. A padded row enters the covariance as an identity row and column
 with a zero residual (:func:`gpchol._fit.batched.padded_log_marginal_likelihood`): the
 value, gradient and optimum are those of the unpadded data, and fits whose ``n`` differ
@@ -340,7 +343,8 @@ def gp_program(
     avals = [v.aval for v in closed.jaxpr.outvars]
     fixed_at = [i for i, m in enumerate(moving) if not m]
     fixed = _fixed_values(closed, u0, fixed_at)
-    # the GP's children are (kernel, X, noise, mean): X and noise follow the kernel's leaves
+    # the GP's children are (kernel, X, noise, mean, mask): X and noise follow the
+    # kernel's leaves, the mask (when set) is the last leaf
     x_at = tree.children()[0].num_leaves
     noise_at = x_at + 1
     n = avals[x_at].shape[0]
@@ -350,8 +354,11 @@ def gp_program(
     jaxpr, used = _prune(closed.jaxpr, moving)
     consts = tuple(closed.consts[i] for i in used)
 
-    # the rows to pad: X and a per-point noise, when they are data
-    row_data = [x_at] + ([noise_at] if len(avals[noise_at].shape) == 1 else [])
+    # the rows to pad: X, a per-point noise ((n,); a (1,) noise is one value for all
+    # points) and the user's own mask, when they are data
+    mask_at = tree.num_leaves - 1 if tree.children()[4].num_leaves else None
+    row_data = [x_at] + ([noise_at] if avals[noise_at].shape == (n,) else [])
+    row_data += [] if mask_at is None else [mask_at]
     can_pad = (
         bucket is not False
         and n > 0
@@ -365,7 +372,8 @@ def gp_program(
         for j, i in enumerate(fixed_at):
             if i in row_data:
                 f = np.asarray(fixed[j])
-                fixed[j] = pad_rows(f, size, f[0] if i == x_at else 1.0)
+                fill = f[0] if i == x_at else (False if i == mask_at else 1.0)
+                fixed[j] = pad_rows(f, size, fill)
     y_pad = pad_rows(y, size, 0.0)
     data: tuple[Any, ...] = (consts, tuple(fixed), y_pad)
     if can_pad:
@@ -379,8 +387,9 @@ def gp_program(
             still = iter(fixed)
             leaves = [next(moved) if m else next(still) for m in moving]
             gp = jax.tree_util.tree_unflatten(tree, leaves)
-            if len(data) == 4:
-                return -padded_log_marginal_likelihood(gp, y, data[3])
+            if len(data) == 4:  # the bucket's rows, and the user's mask within them
+                mask = data[3] if gp.mask is None else data[3] & gp.mask
+                return -padded_log_marginal_likelihood(gp, y, mask)
             return -gp.log_marginal_likelihood(y)
 
         return data_step_fn(opt, value)

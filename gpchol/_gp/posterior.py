@@ -269,7 +269,7 @@ class Posterior(AttrPytree, core.Predictions):
             >>> int(d.status), bool(d.singular), 0.0 < float(d.rcond) <= 1.0
             (0, False, True)
         """
-        return diagnose_factor(self.L, self.status, self.jitter_used)
+        return diagnose_factor(self.L, self.status, self.jitter_used, self.gp.mask)
 
     def _core_args(self, Xs: ArrayLike | None, kernel: Any, block_size: object) -> dict[str, Any]:
         if Xs is None and self.gp.mask is not None:
