@@ -41,6 +41,19 @@ def as_float_array(x: Any, name: str) -> jax.Array:
     return x if isinstance(x, jnp.ndarray) else jnp.asarray(x)
 
 
+def residual_dtype(x_dtype: Any, y_dtype: Any) -> Any:
+    """The dtype a model computes ``y - m(X)`` and what follows in: the promotion of the
+    inputs' and the observations' dtypes, the inputs' when that is not floating.
+
+    Example:
+        >>> import numpy as np
+        >>> residual_dtype(np.float16, np.float32), residual_dtype(np.float32, np.int32)
+        (dtype('float32'), dtype('float32'))
+    """
+    dtype = jnp.result_type(x_dtype, y_dtype)
+    return dtype if jnp.issubdtype(dtype, jnp.floating) else np.dtype(x_dtype)
+
+
 def check_square(a: jax.Array, name: str = "a") -> None:
     """Raise ``ValueError`` unless ``a`` has shape ``(..., n, n)``."""
     if a.ndim < 2:

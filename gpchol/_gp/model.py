@@ -59,6 +59,7 @@ from gpchol._base.validate import (
     check_tile_size,
     input_mesh,
     is_concrete,
+    residual_dtype,
 )
 from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
 from gpchol._gp.posterior import Posterior, model_part
@@ -542,9 +543,7 @@ class GaussianProcess(AttrPytree):
         self._check_y(y)
         y = jnp.asarray(y)
         m = self.mean_vector()
-        dtype = jnp.result_type(self.X.dtype, y.dtype)
-        if not jnp.issubdtype(dtype, jnp.floating):
-            dtype = self.X.dtype
+        dtype = residual_dtype(self.X.dtype, y.dtype)
         r = y.astype(dtype) - m.astype(dtype)
         return r if self.mask is None else jnp.where(self.mask, r, jnp.zeros((), dtype))
 

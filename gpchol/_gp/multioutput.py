@@ -75,6 +75,7 @@ from gpchol._base.validate import (
     check_tile_size,
     input_mesh,
     is_concrete,
+    residual_dtype,
 )
 from gpchol._linalg import posterior_core as core
 from gpchol._linalg.backends import resolve_backend, tile_for
@@ -478,8 +479,7 @@ class MultiOutputGP(AttrPytree):
                 f"y must have shape (n, p) = ({self.n}, {self.p}) to match X's {self.n} rows and "
                 f"the {self.p} outputs of the coregionalization; got shape {tuple(y.shape)}."
             )
-        if not jnp.issubdtype(y.dtype, jnp.floating):
-            y = y.astype(self.X.dtype)
+        y = y.astype(residual_dtype(self.X.dtype, y.dtype))
         R = y - self.mean.astype(y.dtype)[None, :]
         return jnp.where(self.observed(), R, jnp.zeros((), R.dtype))
 
