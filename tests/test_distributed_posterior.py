@@ -226,3 +226,24 @@ def test_failed_factorization_status_nan_and_check(case):
     with pytest.raises(gpchol.NotPositiveDefiniteError, match="pivot 10") as err:
         gd.condition(k, k, X, y, noise=noise, mean=mean, mesh=mesh, T_A=T, check=True)
     assert err.value.pivot == 10
+
+
+@pytest.mark.slow
+def test_training_inputs_as_test_points_on_a_sharded_model():
+    """``Xs=None`` on a model whose X is row-sharded: the training inputs are replicated
+    before they are blocked (covariance and sample raised a sharding error, and mean and
+    variance did under jit), for the exact and the sparse GP."""
+    rng = np.random.default_rng(3)
+    mesh = jax.make_mesh((2, 4), ("r", "c"))
+    X, y = rng.standard_normal((30, 2)), rng.standard_normal(30)
+    Xsh = jax.device_put(X, NamedSharding(mesh, P("r")))
+    k = kernels.ExpSquared(0.7)
+    key = jax.random.PRNGKey(0)
+    for model in (
+        lambda X: gpchol.GaussianProcess(k, X, noise=0.1),
+        lambda X: gpchol.SparseGP(k, X, inducing=np.asarray(X)[:5], noise=0.1),
+    ):
+        sharded, one = model(Xsh).condition(y), model(X).condition(y)
+        _close(sharded.covariance(), one.covariance())
+        _close(jax.jit(lambda p: p.variance())(sharded), one.variance())
+        _close(sharded.sample(key, num=2), one.sample(key, num=2), rtol=1e-9)

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec
 from jax.typing import ArrayLike
 
 from gpchol._base.buckets import bucket_size, pad_rows
@@ -45,6 +46,7 @@ from gpchol._base.validate import (
     check_finite_rows,
     check_int,
     check_jitter,
+    input_mesh,
     is_concrete,
 )
 from gpchol._linalg.cholesky import factor_with_status
@@ -154,8 +156,13 @@ def sample_count(num: object) -> int:
 
 def checked_inputs(Xs: ArrayLike | None, X: jax.Array, dtype: Any) -> jax.Array:
     """The test inputs ``(m, d)`` in ``dtype``: ``X`` when ``Xs`` is ``None``, else ``Xs``
-    checked to have ``X``'s columns and (when concrete) no NaN or inf row."""
+    checked to have ``X``'s columns and (when concrete) no NaN or inf row. ``X`` sharded
+    over a mesh is replicated: test points are blocked and padded, which a row-sharded
+    array cannot be on an Explicit mesh."""
     if Xs is None:
+        mesh = input_mesh(X)
+        if mesh is not None:
+            X = jax.sharding.reshard(X, NamedSharding(mesh, PartitionSpec()))
         return X.astype(dtype)
     Xs = as_inputs(Xs, "Xs")
     d = X.shape[1]
