@@ -548,3 +548,28 @@ def test_row_sums_rule_equals_autodiff_of_the_sums(rng):
     g_p = (*g_p[:2], np.tril(g_p[2]), *g_p[3:])  # only Luu's lower triangle is read
     for a, b in zip(jax.tree.leaves(g_r), jax.tree.leaves(g_p), strict=True):
         assert _rel(a, b) < 1e-12
+
+
+@pytest.mark.parametrize(
+    "Z, ls",
+    [(np.array([-0.5, 0.0, 0.5, 30.0]), 0.5), (np.linspace(-1.0, 1.0, 20), 1.5)],
+    ids=["far-inducing-point", "inducing-at-the-data"],
+)
+def test_variance_gradient_where_eigenvalues_meet_or_vanish(Z, ls):
+    """The predictive variance's gradient in the hyperparameters is finite and equals a
+    central difference where ``A A^T`` has a zero eigenvalue (an inducing point far from
+    the data) or many nearly equal ones (the inducing points at the data): it was NaN
+    through an eigendecomposition's square root."""
+    X = np.linspace(-1.0, 1.0, 20)
+    Xs = np.array([0.1, 0.7])
+
+    def var(ls):
+        gp = gpchol.SparseGP(kernels.ExpSquared(ls), X, inducing=Z, noise=0.1, jitter=1e-10)
+        post = gp.condition(np.sin(3.0 * X))
+        return jnp.sum(post.variance(Xs)) + jnp.sum(post.covariance(Xs))
+
+    g = float(jax.grad(var)(ls))
+    h = 1e-5
+    fd = (float(var(ls + h)) - float(var(ls - h))) / (2 * h)
+    assert np.isfinite(g)
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-9)

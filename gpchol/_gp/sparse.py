@@ -578,11 +578,17 @@ class SparseGP(AttrPytree):
 def _condition_jit(gp: SparseGP, y: jax.Array) -> tuple[jax.Array, ...]:
     """The bound's factors, and the posterior's ``R`` and ``w`` (see :class:`SparseSolver`)."""
     value, status, used, Luu, LB, c, AAt = gp._bound(y)
-    # I - B^-1 = U diag(g / (1 + g)) U^T with A A^T = U diag(g) U^T (B = I + A A^T): R is
-    # its square root, so that var = k - ||R Luu^-1 k(Z, x)||^2
-    g, U = jnp.linalg.eigh(0.5 * (AAt + AAt.T))
-    g = jnp.maximum(g, 0.0)
-    R = jnp.sqrt(g / (1.0 + g))[:, None] * U.T
+    # R^T R = I - B^-1 = B^-1 A A^T (B = I + A A^T; the two commute), so that
+    # var = k - ||R Luu^-1 k(Z, x)||^2. R is the transposed Cholesky factor of that
+    # product plus M eps (its largest entry) I: an eigendecomposition's square root has
+    # no derivative where two of A A^T's eigenvalues meet or one is 0 (an inducing point
+    # far from the data), and NaN gradients of the variance there; the shift lowers a
+    # variance by at most M eps k(x, x).
+    E = trsm(LB, trsm(LB, AAt, left=True), left=True, trans=True)
+    E = 0.5 * (E + E.T)
+    M = E.shape[0]
+    shift = M * jnp.finfo(E.dtype).eps * jnp.maximum(jnp.max(jnp.diagonal(E)), 1.0)
+    R = cholesky_with_status(E + shift * jnp.eye(M, dtype=E.dtype))[0].T
     w = trsm(Luu, trsm(LB, c[:, None], left=True, trans=True), left=True, trans=True)[:, 0]
     return value, status, used, Luu, LB, c, R, w
 
@@ -647,7 +653,8 @@ class SparsePosterior(AttrPytree, core.Predictions):
         Luu: ``(M, M)`` factor of ``k(Z, Z)`` (+ jitter).
         LB: ``(M, M)`` factor of ``B = I + A A^T``.
         c: ``(M,)``, ``LB^-1 A Lambda^-1/2 (y - m(X))``.
-        R: ``(M, M)``, ``R^T R = I - B^-1``.
+        R: ``(M, M)`` upper, ``R^T R = I - B^-1`` (plus ``M eps`` times its largest
+            entry on the diagonal).
         w: ``(M,)``, ``Kuu^-1`` times the optimal ``q(u)``'s mean.
         elbo: the collapsed bound at ``y``.
         status: int32 status of ``Kuu``'s factor.
