@@ -314,7 +314,11 @@ class MultiOutputGP(AttrPytree):
         kronecker: ``"auto"`` (the Kronecker shortcut when it applies: one kernel, no entry
             missing, no noise variance known to be zero, ``X`` not sharded), ``True``
             (require it) or ``False`` (always dense). Inside ``jit`` the noise is not known:
-            a traced zero noise variance on the shortcut gives NaN (use ``False``).
+            a traced zero noise variance on the shortcut gives NaN (use ``False``). The
+            likelihood's gradient is exact on the shortcut; the posterior's predictions
+            differentiated in the hyperparameters are NaN where the noise-whitened ``B``
+            has equal eigenvalues (e.g. ``W = 0`` with equal ``kappa`` and noise): use
+            ``False`` to differentiate predictions there.
 
     Shapes: ``X (n, d)``, ``y (n, p)``, ``mask (n, p)``; test inputs ``Xs (m, d)``; the
     posterior's means and variances are ``(m, p)``.
