@@ -477,3 +477,42 @@ def test_float32_targets_with_float64_inputs_compute_in_float64(kron):
     assert mean.dtype == var.dtype == np.float64
     np.testing.assert_allclose(np.asarray(mean)[:, 0], np.asarray(exact.mean(Xs)), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(var)[:, 0], np.asarray(exact.variance(Xs)), rtol=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("degenerate", [True, False], ids=["equal-eigenvalues", "generic"])
+def test_kronecker_predictions_differentiate_as_the_dense_ones(degenerate):
+    """Gradients of the Kronecker shortcut's mean, variance and covariance in every
+    hyperparameter, the data and the test inputs equal the dense path's, also where the
+    whitened B's eigenvalues are equal (W = 0, equal kappa and noise: they were NaN,
+    through the eigenvectors' derivative)."""
+    X = np.linspace(0.0, 1.0, 8)
+    Y = np.stack([np.sin(3 * X), np.cos(3 * X), X], axis=1)
+    if degenerate:
+        W, kappa, noise = np.zeros((3, 1)), np.full(3, 0.5), np.full(3, 0.1)
+    else:
+        W, kappa, noise = (
+            np.array([[1.0], [-0.5], [0.3]]),
+            np.array([0.5, 0.2, 0.9]),
+            [0.1, 0.05, 0.2],
+        )
+    weights = np.sin(np.arange(81.0))
+
+    def f(theta, kron):
+        W, kappa, noise, ls, Y, Xs = theta
+        B = Coregionalization(W, kappa)
+        post = MultiOutputGP(kernels.ExpSquared(ls), B, X, noise=noise, kronecker=kron).condition(Y)
+        mean, var = post.mean(Xs), post.variance(Xs)
+        cov = post.covariance(Xs).reshape(-1)
+        return mean.sum() + (weights[:9] * var.reshape(-1)).sum() + (weights * cov).sum()
+
+    theta = (W, kappa, np.asarray(noise), 0.4, Y, np.array([0.3, 0.55, 1.4]))
+    theta = jax.tree.map(jax.numpy.asarray, theta)
+    got, want = jax.grad(f)(theta, True), jax.grad(f)(theta, False)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert np.all(np.isfinite(np.asarray(g)))
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-9, atol=1e-11)
+    fwd = jax.jvp(lambda t: f(t, True), (theta,), (jax.tree.map(jax.numpy.ones_like, theta),))[1]
+    np.testing.assert_allclose(
+        float(fwd), sum(float(np.sum(w)) for w in jax.tree.leaves(want)), rtol=1e-9
+    )

@@ -289,6 +289,79 @@ def _kron_loglik_jvp(
     return (value, status), (out, np.zeros(status.shape, jax.dtypes.float0))
 
 
+# The posterior's alpha = K^-1 vec(R) and whitened cross-covariance W (W^T W = Ks^T K^-1 Ks)
+# from the shortcut's parts P, lam, L hold no derivative of the eigendecomposition: where
+# two of lam meet (W = 0 with equal kappa and noise) its eigenvectors have none, though
+# alpha and W^T W do. Their rules are the dense ones (d(K^-1 z) = K^-1 (dz - dK K^-1 z);
+# dW = C^-T (dKs - dK K^-1 Ks / 2) with C^T C = K, C^-T = blockdiag(L_j^-1)(P^T kron I),
+# so that d(W^T W) is exact), with K and its tangent applied in matrix form:
+# K vec(Y) = vec(Kx Y B + Y diag(noise)) for Y (n, p) (output a in column a).
+
+
+def _kron_solve_parts(P: jax.Array, L: jax.Array, Z: jax.Array) -> jax.Array:
+    """``K^-1`` applied to each ``Z[:, :, c]`` ``(n, p)`` of ``Z`` ``(n, p, c)``."""
+    Y = jnp.einsum("iac,aj->jic", Z, P)
+    X = trsm(L, trsm(L, Y, left=True), left=True, trans=True)
+    return jnp.einsum("jic,aj->iac", X, P)
+
+
+def _kron_dK(
+    B: jax.Array, Kx: jax.Array, dB: jax.Array, dKx: jax.Array, dnoise: jax.Array, Y: jax.Array
+) -> jax.Array:
+    """``dK`` applied to each ``Y[:, :, c]``: ``dKx Y B + Kx Y dB + Y diag(dnoise)``."""
+    out = jnp.einsum("ik,kbc,ba->iac", dKx, Y, B) + jnp.einsum("ik,kbc,ba->iac", Kx, Y, dB)
+    return out + Y * jnp.broadcast_to(dnoise, (Y.shape[1],))[None, :, None]
+
+
+@jax.custom_jvp
+def _kron_alpha(
+    B: jax.Array, Kx: jax.Array, noise: jax.Array, R: jax.Array, P: jax.Array, L: jax.Array
+) -> jax.Array:
+    """``alpha`` ``(n, p)``, ``vec(alpha) = K^-1 vec(R)`` (``P``, ``L``: the parts of ``K``)."""
+    return _kron_solve_parts(P, L, R[:, :, None])[:, :, 0]
+
+
+@_kron_alpha.defjvp
+def _kron_alpha_jvp(
+    primals: tuple[jax.Array, ...], tangents: tuple[jax.Array, ...]
+) -> tuple[jax.Array, jax.Array]:
+    B, Kx, _, R, P, L = primals
+    dB, dKx, dnoise, dR, _, _ = tangents  # P and L follow from B, Kx and the noise
+    A = _kron_solve_parts(P, L, R[:, :, None])
+    dA = _kron_solve_parts(P, L, dR[:, :, None] - _kron_dK(B, Kx, dB, dKx, dnoise, A))
+    return A[:, :, 0], dA[:, :, 0]
+
+
+def _kron_cross(kx: jax.Array, B: jax.Array) -> jax.Array:
+    """``Ks`` ``(n, p, b p)``: ``Ks[i, a', (s, a)] = kx[i, s] B[a', a]``."""
+    n, b = kx.shape
+    p = B.shape[0]
+    return jnp.einsum("is,ca->icsa", kx, B).reshape(n, p, b * p)
+
+
+@jax.custom_jvp
+def _kron_whitened(
+    B: jax.Array, Kx: jax.Array, noise: jax.Array, kx: jax.Array, P: jax.Array, L: jax.Array
+) -> jax.Array:
+    """``W`` ``(p n, b p)`` of ``kx = k(X, xb)`` ``(n, b)``, ``W^T W = Ks^T K^-1 Ks``."""
+    p, (n, b) = B.shape[0], kx.shape
+    V = trsm(L, kx[None], left=True)  # (p, n, b)
+    return jnp.einsum("jis,aj->jisa", V, B @ P).reshape(p * n, b * p)
+
+
+@_kron_whitened.defjvp
+def _kron_whitened_jvp(
+    primals: tuple[jax.Array, ...], tangents: tuple[jax.Array, ...]
+) -> tuple[jax.Array, jax.Array]:
+    B, Kx, noise, kx, P, L = primals
+    dB, dKx, dnoise, dkx, _, _ = tangents  # P and L follow from B, Kx and the noise
+    W = _kron_whitened(B, Kx, noise, kx, P, L)
+    A = _kron_solve_parts(P, L, _kron_cross(kx, B))
+    G = _kron_cross(dkx, B) + _kron_cross(kx, dB) - 0.5 * _kron_dK(B, Kx, dB, dKx, dnoise, A)
+    dW = trsm(L, jnp.einsum("iac,aj->jic", G, P), left=True)
+    return W, dW.reshape(W.shape)
+
+
 # ------------------------------------------------------------------------- the model
 
 
@@ -314,11 +387,7 @@ class MultiOutputGP(AttrPytree):
         kronecker: ``"auto"`` (the Kronecker shortcut when it applies: one kernel, no entry
             missing, no noise variance known to be zero, ``X`` not sharded), ``True``
             (require it) or ``False`` (always dense). Inside ``jit`` the noise is not known:
-            a traced zero noise variance on the shortcut gives NaN (use ``False``). The
-            likelihood's gradient is exact on the shortcut; the posterior's predictions
-            differentiated in the hyperparameters are NaN where the noise-whitened ``B``
-            has equal eigenvalues (e.g. ``W = 0`` with equal ``kappa`` and noise): use
-            ``False`` to differentiate predictions there.
+            a traced zero noise variance on the shortcut gives NaN (use ``False``).
 
     Shapes: ``X (n, d)``, ``y (n, p)``, ``mask (n, p)``; test inputs ``Xs (m, d)``; the
     posterior's means and variances are ``(m, p)``.
@@ -637,7 +706,8 @@ class MultiOutputGP(AttrPytree):
             def kron(j: float) -> tuple[jax.Array, ...]:
                 return _kron_value(B, Kx, self.noise.astype(dtype) + j, R, be, nb)
 
-            value, A, P, _, L, status = first_factoring(kron, schedule, -1)
+            value, _, P, _, L, status = first_factoring(kron, schedule, -1)
+            A = _kron_alpha(B, Kx, self.noise.astype(dtype), R, P, L)
             return MultiOutputPosterior(self, A, value, status, L, P=P)
         K, obs, r, be, nb = self._dense_inputs(R)
 
@@ -839,9 +909,10 @@ class MultiOutputSolver:
             return mu, None
         (n, b), p = kx[0][0].shape, gp.p
         if self.P is not None:
-            V = trsm(self.L, kx[0][0][None], left=True)  # (p, n, b)
-            W = jnp.einsum("jis,aj->jisa", V, kx[0][1] @ self.P)
-            return mu, W.reshape(p * n, b * p)
+            # k(X, X) enters the rule's tangent only (unused, it is not computed otherwise)
+            Kx = gp.kernels[0](X, X).astype(dtype)
+            noise = gp.noise.astype(dtype)
+            return mu, _kron_whitened(kx[0][1], Kx, noise, kx[0][0], self.P, self.L)
         Ks = _sum(jnp.kron(B, Kq) for Kq, B in kx)  # (n p, p b), columns (a, s)
         Ks = Ks.reshape(n * p, p, b).transpose(0, 2, 1).reshape(n * p, b * p)
         obs = gp.observed().T.reshape(-1)
