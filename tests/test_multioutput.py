@@ -516,3 +516,34 @@ def test_kronecker_predictions_differentiate_as_the_dense_ones(degenerate):
     np.testing.assert_allclose(
         float(fwd), sum(float(np.sum(w)) for w in jax.tree.leaves(want)), rtol=1e-9
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kron", [True, False], ids=["kronecker", "dense"])
+def test_block_size_changes_no_prediction(kron):
+    """The multi-output posterior takes ``block_size`` as the other posteriors do: the
+    same numbers for any block, a clear error for a bad one."""
+    rng = np.random.default_rng(5)
+    X = rng.uniform(0.0, 2.0, 9)
+    Y = np.stack([np.sin(3 * X), X], axis=1)
+    B = Coregionalization(np.array([[1.0], [-0.4]]), np.array([0.3, 0.2]))
+    post = MultiOutputGP(kernels.ExpSquared(0.5), B, X, noise=0.05, kronecker=kron).condition(Y)
+    Xs = rng.uniform(-0.5, 2.5, 7)
+    m0, v0 = post.mean_and_variance(Xs)
+    c0 = np.asarray(post.covariance(Xs))
+    for b in (1, 3, 7, 50):
+        m, v = post.mean_and_variance(Xs, block_size=b)
+        np.testing.assert_allclose(np.asarray(m), np.asarray(m0), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(np.asarray(v), np.asarray(v0), rtol=1e-12, atol=1e-14)
+        np.testing.assert_array_equal(np.asarray(post.mean(Xs, block_size=b)), np.asarray(m))
+        c = np.asarray(post.covariance(Xs, block_size=b))
+        np.testing.assert_allclose(c, c0, rtol=1e-12, atol=1e-14)
+    key = jax.random.PRNGKey(1)
+    np.testing.assert_allclose(
+        np.asarray(post.sample(key, Xs, 2, block_size=2)),
+        np.asarray(post.sample(key, Xs, 2)),
+        rtol=1e-9,
+        atol=1e-12,
+    )
+    with pytest.raises((TypeError, ValueError), match="block_size"):
+        post.mean(Xs, block_size=0)

@@ -769,34 +769,74 @@ class MultiOutputPosterior(AttrPytree):
     def _solver(self) -> MultiOutputSolver:
         return MultiOutputSolver(self.gp, self.alpha, self.L, self.P)
 
-    def _args(self) -> dict[str, Any]:
-        return dict(dtype=self.alpha.dtype, model_noise=self.gp.noise)
+    def _args(self, block_size: int | None) -> dict[str, Any]:
+        return dict(dtype=self.alpha.dtype, model_noise=self.gp.noise, block_size=block_size)
 
-    def mean(self, Xs: ArrayLike | None = None) -> jax.Array:
+    def mean(self, Xs: ArrayLike | None = None, *, block_size: int | None = None) -> jax.Array:
         """Posterior mean of each output's latent function, in blocks of test points.
 
         Args:
             Xs: ``(m, d)`` test inputs (``None``: the training inputs).
+            block_size: test points per block (``None``: the default; results do not
+                depend on it).
 
         Returns:
             ``(m, p)``: ``mean[s, a] = m_a + sum_q sum_b B_q[a, b] k_q(Xs_s, X) alpha[:, b]``.
         """
-        return core.predict(self._solver, Xs, want_var=False, **self._args())[0]
+        return core.predict(self._solver, Xs, want_var=False, **self._args(block_size))[0]
 
-    def variance(self, Xs: ArrayLike | None = None, *, include_noise: bool = False) -> jax.Array:
-        """Posterior marginal variance of each output's latent function.
-
-        Args:
-            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
-            include_noise: add each output's noise variance (the predictive variance of y).
+    def variance(
+        self,
+        Xs: ArrayLike | None = None,
+        *,
+        include_noise: bool = False,
+        block_size: int | None = None,
+    ) -> jax.Array:
+        """Posterior marginal variance of each output's latent function (arguments as for
+        :meth:`mean_and_variance`).
 
         Returns:
             ``(m, p)`` variances ``var[s, a] = sum_q B_q[a, a] k_q(x, x) - v^T v`` (clipped
             at 0), ``v = L^-1 cov(vec y, f_a(Xs_s))``.
         """
-        return core.predict(self._solver, Xs, include_noise=include_noise, **self._args())[1]
+        return self.mean_and_variance(Xs, include_noise=include_noise, block_size=block_size)[1]
 
-    def covariance(self, Xs: ArrayLike | None = None, *, include_noise: bool = False) -> jax.Array:
+    def mean_and_variance(
+        self,
+        Xs: ArrayLike | None = None,
+        *,
+        include_noise: bool = False,
+        block_size: int | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        """:meth:`mean` and :meth:`variance` in one pass (one cross-covariance per block).
+
+        Args:
+            Xs: ``(m, d)`` test inputs (``None``: the training inputs).
+            include_noise: add each output's noise variance (the predictive variance of y).
+            block_size: test points per block (``None``: the default).
+
+        Returns:
+            ``(mean, variance)``, each ``(m, p)``.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import Coregionalization, MultiOutputGP, kernels
+            >>> c = Coregionalization(jnp.array([[1.0], [0.5]]), 0.1)
+            >>> post = MultiOutputGP(kernels.ExpSquared(), c, jnp.arange(4.0), noise=0.01
+            ...                      ).condition(jnp.zeros((4, 2)))
+            >>> [a.shape for a in post.mean_and_variance(jnp.arange(5.0), block_size=2)]
+            [(5, 2), (5, 2)]
+        """
+        args = self._args(block_size)
+        return core.predict(self._solver, Xs, include_noise=include_noise, **args)
+
+    def covariance(
+        self,
+        Xs: ArrayLike | None = None,
+        *,
+        include_noise: bool = False,
+        block_size: int | None = None,
+    ) -> jax.Array:
         """Joint posterior covariance of all outputs' latent functions at the test points.
 
         For a moderate number of test points: the result holds ``(m p)^2`` numbers.
@@ -805,6 +845,7 @@ class MultiOutputPosterior(AttrPytree):
             Xs: ``(m, d)`` test inputs (``None``: the training inputs).
             include_noise: add each output's noise variance on the diagonal (the
                 covariance of new observations ``y*``; independent across outputs).
+            block_size: test points per block (``None``: the default).
 
         Returns:
             ``(m, p, m, p)``: ``cov[s, a, t, b] = cov(f_a(Xs_s), f_b(Xs_t) | y)
@@ -821,7 +862,8 @@ class MultiOutputPosterior(AttrPytree):
             >>> post.covariance(jnp.array([0.5, 9.0])).shape
             (2, 2, 2, 2)
         """
-        return core.covariance(self._solver, Xs, include_noise=include_noise, **self._args())
+        args = self._args(block_size)
+        return core.covariance(self._solver, Xs, include_noise=include_noise, **args)
 
     def sample(
         self,
@@ -831,6 +873,7 @@ class MultiOutputPosterior(AttrPytree):
         *,
         include_noise: bool = False,
         jitter: float | Sequence[float] | None = (1e-10, 1e-8, 1e-6),
+        block_size: int | None = None,
     ) -> jax.Array:
         """Joint samples of all outputs from the posterior: of ``f``, or of new ``y*``.
 
@@ -841,6 +884,7 @@ class MultiOutputPosterior(AttrPytree):
             include_noise: sample ``y* = f + eps`` with each output's noise variance.
             jitter: schedule of diagonal jitter, relative to the largest posterior
                 variance, tried in order when factoring the ``(m p, m p)`` covariance.
+            block_size: test points per block (``None``: the default).
 
         Returns:
             ``(num, m, p)`` samples: jointly Gaussian with mean :meth:`mean` and covariance
@@ -859,7 +903,13 @@ class MultiOutputPosterior(AttrPytree):
             (3, 2, 2)
         """
         return core.sample(
-            self._solver, key, Xs, num, jitter=jitter, include_noise=include_noise, **self._args()
+            self._solver,
+            key,
+            Xs,
+            num,
+            jitter=jitter,
+            include_noise=include_noise,
+            **self._args(block_size),
         )
 
 
