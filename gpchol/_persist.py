@@ -170,16 +170,23 @@ def _public_names() -> dict[type, str]:
 
 
 def _gpchol_internal(name: str) -> type | None:
-    """A class of an already imported gpchol module named ``module.qualname`` (no import)."""
+    """The class ``module.qualname`` defined in an already imported gpchol module: looked
+    up in the module's and the classes' own namespaces (no attribute hook, so nothing is
+    imported), and only a class whose own module and qualified name are those of ``name``
+    (not another package's class that a gpchol module refers to)."""
     parts = name.split(".")
     for cut in range(len(parts) - 1, 0, -1):
-        mod = sys.modules.get(".".join(parts[:cut]))
+        module = ".".join(parts[:cut])
+        mod = sys.modules.get(module)
         if mod is None:
             continue
-        obj: Any = mod
-        for attr in parts[cut:]:
-            obj = getattr(obj, attr, None)
-        return obj if isinstance(obj, type) else None
+        obj: Any = vars(mod).get(parts[cut])
+        for attr in parts[cut + 1 :]:
+            obj = vars(obj).get(attr) if isinstance(obj, type) else None
+        qualname = ".".join(parts[cut:])
+        if isinstance(obj, type) and obj.__module__ == module and obj.__qualname__ == qualname:
+            return obj
+        return None
     return None
 
 
@@ -288,12 +295,12 @@ class _Writer:
             return v
         if isinstance(v, int):
             return v
+        if isinstance(v, (np.ndarray, np.generic, jax.Array)):  # np.float64 is a float too
+            return self.array(v, where)
         if isinstance(v, float):
             return self.float_(v)
         if isinstance(v, complex):
             return {"$complex": [self.float_(v.real), self.float_(v.imag)]}
-        if isinstance(v, (np.ndarray, np.generic, jax.Array)):
-            return self.array(v, where)
         if isinstance(v, list):
             return [self.encode(x, f"{where}[{i}]", depth + 1) for i, x in enumerate(v)]
         if isinstance(v, tuple) and type(v) is tuple:
@@ -474,6 +481,11 @@ class _Reader:
             self.fail(f"array {key!r}: bad dtype or shape in its entry")
         if sha256_bytes(np.asarray(stored, order="C").tobytes()) != entry.get("sha256"):
             self.fail(f"array {key!r} does not match its recorded sha256")
+        # only the bits of a dtype NPZ lacks (bfloat16, float8, ...) are stored as unsigned
+        # integers of its size; any other difference is not this file's array
+        bits = dtype.kind not in "biufcmM" and stored.dtype == np.dtype(f"u{dtype.itemsize}")
+        if stored.dtype != dtype and not bits:
+            self.fail(f"array {key!r} is stored as {stored.dtype}, its entry says {dtype}")
         a = stored if stored.dtype == dtype else stored.view(dtype)
         if a.shape != shape or a.dtype != dtype:
             self.fail(f"array {key!r} has dtype {a.dtype} and shape {a.shape}, not as recorded")
@@ -594,8 +606,12 @@ def load(path: str | os.PathLike[str], *, classes: Iterable[type] = ()) -> Any:
     reader.check_header(doc)
     if "object" not in doc:
         reader.fail("'object' is missing")
-    reader.read_arrays(doc.get("arrays"))
     try:
+        reader.read_arrays(doc.get("arrays"))
         return reader.decode(doc["object"])
+    except SaveFileError:
+        raise
     except RecursionError:
         reader.fail("its object is nested too deeply")
+    except Exception as e:  # a malformed tag or entry: the file's fault, said as such
+        reader.fail(f"it is malformed ({type(e).__name__}: {e}); was it edited by hand?")

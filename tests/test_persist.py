@@ -412,9 +412,56 @@ BAD_FILES = {
         lambda p, d: p.write_text(json.dumps({"format": "gpchol-fit", "format_version": 1})),
         ["gpchol predict", "Model.from_json"],
     ),
+    "foreign-class-through-a-module": (
+        # a gpchol module refers to jax: a path through it names no class of gpchol's
+        lambda p, d: _rewrite(
+            p, _with(d, "gpchol._base.validate.jax.stages.ArgInfo", "object", "$object")
+        ),
+        ["does not have"],
+    ),
+    "dtype-reinterpreted": (
+        lambda p, d: _rewrite(p, _with(d, _int_of_size(d), "arrays", "entries", "a0", "dtype")),
+        ["stored as float", "its entry says int"],
+    ),
+    "malformed-tag": (
+        lambda p, d: _rewrite(p, _with(d, {"$complex": 5}, "object")),
+        ["malformed", "TypeError"],
+    ),
+    "arrays-a-device": (
+        lambda p, d: (os.unlink(_npz(p)), os.symlink("/dev/zero", _npz(p))),
+        ["not a regular file"],
+    ),
+    "arrays-a-pipe": (
+        lambda p, d: (os.unlink(_npz(p)), os.mkfifo(_npz(p))),
+        ["not a regular file"],
+    ),
+    "arrays-compressed": (lambda p, d: _compressed(p, d), ["compressed members"]),
     "truncated": (lambda p, d: p.write_text(p.read_text()[:50]), ["not valid JSON"]),
     "missing": (lambda p, d: os.unlink(p), ["no such file"]),
 }
+
+
+def _int_of_size(doc: dict[str, Any]) -> str:
+    """An integer dtype of the first array's size (its bits would read as that)."""
+    return f"int{8 * np.dtype(doc['arrays']['entries']['a0']['dtype']).itemsize}"
+
+
+def _compressed(path: pathlib.Path, doc: dict[str, Any]) -> None:
+    """The same arrays in a compressed NPZ, its name and hash recorded (a crafted file)."""
+    import hashlib
+    import io
+
+    with np.load(_npz(path)) as z:
+        arrays = {k: z[k] for k in z.files}
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    data = buf.getvalue()
+    digest = hashlib.sha256(data).hexdigest()
+    name = f"{path.stem}.{digest[:16]}.npz"
+    (path.parent / name).write_bytes(data)
+    os.unlink(_npz(path))
+    doc["arrays"]["file"], doc["arrays"]["sha256"], doc["arrays"]["bytes"] = name, digest, len(data)
+    _rewrite(path, doc)
 
 
 def _with(doc: dict[str, Any], value: Any, *keys: Any) -> dict[str, Any]:
@@ -523,3 +570,34 @@ def test_files_written_before_the_shared_protocol_load_and_are_written_the_same(
     save(build(), tmp_path / f"{name}.json")
     assert_same_saved_files(tmp_path / f"{name}.json", old)
     assert len(os.listdir(tmp_path)) == (2 if name == "saved" else 1)
+
+
+def test_numpy_scalars_come_back_as_numpy_scalars(tmp_path: pathlib.Path) -> None:
+    """``np.float64`` is a Python float too: it was saved as one and came back a float."""
+    obj = {"f": np.float64(1.5), "c": np.complex128(1 - 2j), "i": np.int32(3), "p": 2.5}
+    save(obj, tmp_path / "s.json")
+    back = load(tmp_path / "s.json")
+    for k, v in obj.items():
+        assert type(back[k]) is type(v) and back[k] == v, (k, back[k])
+
+
+@pytest.mark.slow
+def test_loading_a_class_name_imports_nothing(tmp_path: pathlib.Path) -> None:
+    """A class name under a lazily imported gpchol module (gpchol.sklearn) is refused
+    without importing that module or what it imports (scikit-learn), in a fresh process."""
+    import subprocess
+
+    path = tmp_path / "m.json"
+    save({"a": 1}, path)
+    doc = json.loads(path.read_text())
+    _rewrite(path, _with(doc, {"$object": "gpchol.sklearn.X", "fields": {}}, "object"))
+    code = (
+        "import sys, gpchol\n"
+        "try:\n    gpchol.load(sys.argv[1])\nexcept gpchol.SaveFileError as e:\n"
+        "    print('refused', 'does not have' in str(e))\n"
+        "print('imported', 'gpchol.sklearn' in sys.modules, 'sklearn' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "refused True" in out and "imported False False" in out, out
