@@ -255,6 +255,12 @@ def test_damaged_checkpoints_named(small: dict[str, Any], tmp_path: pathlib.Path
     del broken["state"]["stall"]
     manifest.write_text(json.dumps(broken))
     refused(str(manifest), "is damaged", "stall")
+    # hand edits of a field's type are refused, not coerced ("false" was read as True)
+    for field, value in (("done", "false"), ("step", 2.9), ("restart", -1), ("stopped", 3)):
+        edited = json.loads(good_manifest)
+        edited["state"][field] = value
+        manifest.write_text(json.dumps(edited))
+        refused(str(manifest), "is damaged", f"state field {field!r}")
     manifest.write_bytes(good_manifest)
 
     arrays.write_bytes(good_arrays[:-10])  # truncated arrays
@@ -670,3 +676,14 @@ def test_checkpoint_written_before_the_shared_protocol(tmp_path: pathlib.Path) -
     cm.save_checkpoint(new / "ck", want, fingerprint=FIXTURE_FINGERPRINT, optimizer="adam")
     assert_same_saved_files(new / "ck.json", old / "ck.json")
     assert sorted(os.listdir(new)) == sorted(os.listdir(old))
+
+
+def test_arrays_of_another_dtype_are_refused_not_cast() -> None:
+    """A checkpoint array whose dtype is not this fit's (an arrays file rewritten with
+    float64 parameters for a float32 fit) is refused: it was cast silently."""
+    cm = checkpoint_module
+    template = {"s": np.zeros(2, np.float32)}
+    with pytest.raises(gpchol.CheckpointError, match=r"float64 of shape \(2,\), expected float32"):
+        cm._tree_from_arrays(template, [np.zeros(2)], "parameters", "ck.0123456789abcdef.npz")
+    back = cm._tree_from_arrays(template, [np.ones(2, np.float32)], "parameters", "ck.npz")
+    assert back["s"].dtype == np.float32

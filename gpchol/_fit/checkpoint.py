@@ -333,14 +333,40 @@ def _tree_from_arrays(template: Any, arrays: list[np.ndarray], what: str, npz_pa
     out = []
     for t, a in zip(t_leaves, arrays, strict=True):
         t = jnp.asarray(t)
-        if tuple(t.shape) != tuple(a.shape):
+        if tuple(t.shape) != tuple(a.shape) or np.dtype(t.dtype) != a.dtype:
             raise CheckpointError(
                 npz_path,
-                f"does not match this fit: a {what} array has shape {a.shape}, expected "
-                f"{tuple(t.shape)}. " + _REMEDY,
+                f"does not match this fit: a {what} array is {a.dtype} of shape {a.shape}, "
+                f"expected {np.dtype(t.dtype)} of shape {tuple(t.shape)}. " + _REMEDY,
             )
-        out.append(jnp.asarray(a, dtype=t.dtype))
+        out.append(jnp.asarray(a))
     return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def _check_fields(st: Any) -> None:
+    """The manifest's state fields have their types (a hand edit such as ``"done":
+    "false"`` is refused, not read as ``True``); a ``ValueError`` says which."""
+    kinds: dict[str, type] = {
+        "restart": int,
+        "step": int,
+        "stall": int,
+        "done": bool,
+        "message": str,
+        "restart_losses": list,
+        "n_param_leaves": int,
+        "n_state_leaves": int,
+        "has_last_good": bool,
+    }
+    for name, kind in kinds.items():
+        v = st[name]
+        negative = isinstance(v, int) and v < 0
+        if not isinstance(v, kind) or (kind is int and (isinstance(v, bool) or negative)):
+            raise ValueError(f"state field {name!r} is {v!r}, not a {kind.__name__}")
+    if st["stopped"] is not None and not isinstance(st["stopped"], str):
+        raise ValueError(f"state field 'stopped' is {st['stopped']!r}")
+    losses = st["restart_losses"]
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in losses):
+        raise ValueError("state field 'restart_losses' holds a value that is not a number")
 
 
 def load_checkpoint(
@@ -387,24 +413,28 @@ def load_checkpoint(
     npz_path, arrays = _FILES.read_arrays(json_path, meta.get("arrays"), meta.get("arrays_sha256"))
     try:
         st = meta["state"]
-        n_u, n_s = int(st["n_param_leaves"]), int(st["n_state_leaves"])
+        _check_fields(st)
+        n_u, n_s = st["n_param_leaves"], st["n_state_leaves"]
 
         def tree(prefix: str, template: Any, n: int, what: str) -> Any:
             leaves = [arrays[f"{prefix}_{i}"] for i in range(n)]
             return _tree_from_arrays(template, leaves, what, npz_path)
 
+        key = arrays["rng_key"]
+        if key.dtype != np.uint32 or key.ndim != 1:
+            raise ValueError(f"rng_key is {key.dtype} of shape {key.shape}, not uint32 key data")
         params = tree("u", params_like, n_u, "parameters")
         state = FitState(
             params=params,
             opt_state=tree("s", init_opt_state(params), n_s, "optimizer state"),
-            key=arrays["rng_key"],
-            restart=int(st["restart"]),
-            step=int(st["step"]),
+            key=key,
+            restart=st["restart"],
+            step=st["step"],
             history=[float(x) for x in arrays["history"]],
-            stall=int(st["stall"]),
-            done=bool(st["done"]),
+            stall=st["stall"],
+            done=st["done"],
             stopped=st["stopped"],
-            message=str(st["message"]),
+            message=st["message"],
             restart_losses=[float(x) for x in st["restart_losses"]],
         )
         if st["has_last_good"]:
