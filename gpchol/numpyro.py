@@ -224,8 +224,12 @@ def _whole_program(
 ) -> jax.Array:
     """``log N(value | loc, cov)`` by the whole-likelihood rule (one observation each)."""
     n = cov.shape[-1]
-    r = jnp.broadcast_to(value - loc, batch_shape + (n,)).astype(cov.dtype)
-    return gaussian_loglik(DenseCovariance(symmetrize(cov), symmetric=True), r, rule)[0]
+    # in the promoted dtype, as the factor path and NumPyro (a float32 covariance with
+    # float64 values is a float64 density)
+    dtype = jnp.result_type(cov, value, loc)
+    r = jnp.broadcast_to(value - loc, batch_shape + (n,)).astype(dtype)
+    cov = symmetrize(cov).astype(dtype)
+    return gaussian_loglik(DenseCovariance(cov, symmetric=True), r, rule)[0]
 
 
 # ----------------------------------------------------------------------------------------

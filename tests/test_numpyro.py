@@ -792,3 +792,24 @@ def test_bad_arguments_name_the_argument():
     gp = gnp.GaussianProcessMarginal(kernels.ExpSquared(0.3), X, 0.1)
     with pytest.raises(ValueError, match="one axis"):
         vmap_over(gp, X=0, noise=1)
+
+
+def test_mixed_dtypes_give_the_promoted_density_under_jit_and_eagerly():
+    """A float32 covariance with float64 values: the density is float64 under ``jit`` (the
+    whole-likelihood path) as eagerly and in NumPyro (it was float32 under jit)."""
+    import numpyro.distributions as nd
+
+    from gpchol.numpyro import MultivariateNormal
+
+    C = np.array([[2.0, 0.5], [0.5, 1.0]], np.float32)
+    x = np.array([0.3, -0.2])
+
+    def lp(cls):
+        return lambda C: cls(np.zeros(2), C).log_prob(x)
+
+    eager, jitted = lp(MultivariateNormal)(C), jax.jit(lp(MultivariateNormal))(C)
+    ref = jax.jit(lp(nd.MultivariateNormal))(C)
+    assert eager.dtype == jitted.dtype == ref.dtype == np.float64
+    # the paths round the float32 covariance's factor differently: float32's precision
+    np.testing.assert_allclose(float(jitted), float(eager), rtol=1e-6)
+    np.testing.assert_allclose(float(jitted), float(ref), rtol=1e-6)
