@@ -713,3 +713,16 @@ def test_one_triangular_solve_per_prediction_block(rng):
         )
         calls = collections.Counter(re.findall(r'custom_call_target="([^"]+)"', text))
         assert sum(v for k, v in calls.items() if "trsm" in k) == 1, calls
+
+
+def test_poisson_expectation_is_exact_at_large_variances():
+    """The Poisson expected log likelihood is its closed form at every latent variance (20
+    quadrature points were 97 % off at v = 100)."""
+
+    y = np.array([0.0, 3.0, 7.0, 1.0])
+    mu = np.array([0.5, -1.0, 2.0, 0.0])
+    for v in (0.0, 1.0, 25.0, 100.0):
+        var = np.full(4, v)
+        got = np.asarray(likelihoods.Poisson().variational_expectation(y, mu, var))
+        want = y * mu - np.exp(mu + v / 2) - gammaln(y + 1.0)
+        np.testing.assert_allclose(got, want, rtol=1e-13)

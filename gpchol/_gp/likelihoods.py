@@ -239,13 +239,15 @@ class Bernoulli(Likelihood):
 class Poisson(Likelihood):
     r"""Count observations ``y in {0, 1, 2, ...}`` with the log link, rate ``exp(f)``.
 
-    ``log p(y | f) = y f - exp(f) - log(y!)``. The expected log likelihood is computed by
-    Gauss-Hermite quadrature with ``num_points`` points (its one non-linear term
-    ``E[exp f] = exp(mu + v / 2)`` is the check of the quadrature in the tests). The
-    predictive: mean ``exp(mu + v / 2)``, variance ``mean + (exp(v) - 1) mean^2``.
+    ``log p(y | f) = y f - exp(f) - log(y!)``. Its expected value under
+    ``f ~ N(mu, v)`` has a closed form, ``y mu - exp(mu + v / 2) - log(y!)``, used instead
+    of quadrature (which loses accuracy as ``v`` grows: 5e-5 relative at ``v = 25`` with
+    20 points). The predictive: mean ``exp(mu + v / 2)``, variance
+    ``mean + (exp(v) - 1) mean^2``.
 
     Args:
-        num_points: quadrature points (static; default 20).
+        num_points: quadrature points (static; default 20), for the base class's
+            quadrature of other expectations.
 
     Example:
         >>> import jax.numpy as jnp
@@ -258,6 +260,12 @@ class Poisson(Likelihood):
     def log_prob(self, f: jax.Array, y: jax.Array) -> jax.Array:
         y = jnp.asarray(y, jnp.result_type(f, float))
         return y * f - jnp.exp(f) - gammaln(y + 1.0)
+
+    def variational_expectation(self, y: jax.Array, mean: jax.Array, var: jax.Array) -> jax.Array:
+        """``E_{f ~ N(mean, var)}[log p(y | f)]`` in closed form (shapes as the base
+        class's)."""
+        y = jnp.asarray(y, jnp.result_type(mean, var, float))
+        return y * mean - jnp.exp(mean + 0.5 * var) - gammaln(y + 1.0)
 
     def predict(self, mean: jax.Array, var: jax.Array) -> tuple[jax.Array, jax.Array]:
         m = jnp.exp(mean + 0.5 * var)
