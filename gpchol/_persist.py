@@ -116,7 +116,9 @@ _FILES = FileKind(
         "version-newer": "file {path}: was written by {by} in format version {version}; this "
         "gpchol ({ours}) reads format version {newest} and older: upgrade gpchol to load it",
         "arrays-name": "file {path}: 'arrays' names the file {name!r}, not an arrays file of "
-        "this JSON file",
+        "this JSON file (a saved file is a pair, <name>.json and <name>.<hash>.npz in one "
+        "folder: if the JSON file was renamed, rename it back to the name its arrays file "
+        "starts with, or load it and save it again under the new name)",
         "arrays-missing": "file {path}: its arrays file {name} is missing (keep it next to the "
         "JSON file)",
         "arrays-unreadable": "file {path}: its arrays file {name} cannot be read ({error})",

@@ -572,6 +572,16 @@ def test_files_written_before_the_shared_protocol_load_and_are_written_the_same(
     assert len(os.listdir(tmp_path)) == (2 if name == "saved" else 1)
 
 
+def test_a_renamed_file_says_how_to_load_it(tmp_path: pathlib.Path) -> None:
+    save(kernels.ExpSquared(jnp.asarray([0.5, 2.0])), tmp_path / "m.json")
+    os.rename(tmp_path / "m.json", tmp_path / "r.json")
+    with pytest.raises(SaveFileError, match="renamed, rename it back") as info:
+        load(tmp_path / "r.json")
+    assert "r.json" in str(info.value) and "m." in str(info.value)
+    os.rename(tmp_path / "r.json", tmp_path / "m.json")
+    assert load(tmp_path / "m.json").lengthscale.shape == (2,)
+
+
 def test_numpy_scalars_come_back_as_numpy_scalars(tmp_path: pathlib.Path) -> None:
     """``np.float64`` is a Python float too: it was saved as one and came back a float."""
     obj = {"f": np.float64(1.5), "c": np.complex128(1 - 2j), "i": np.int32(3), "p": 2.5}
