@@ -950,3 +950,36 @@ def test_public_names():
     assert kern.RBF is kern.ExpSquared and kern.ExpSineSquared is kern.Periodic
     for name in gpchol.kernels.__all__:
         assert getattr(gpchol.kernels, name).__doc__
+
+
+@pytest.mark.parametrize(
+    "make, c",
+    [(gpchol.kernels.Matern32, 1.5), (gpchol.kernels.Matern52, 5.0 / 6.0)],
+    ids=["m32", "m52"],
+)
+def test_matern_second_derivatives_at_equal_points(make, c):
+    """At equal inputs the Matérn 3/2 and 5/2 kernels' input Hessians are the exact
+    ``-2 c diag(1 / l^2)`` (``k = 1 - c r^2 + O(r^3)``), and the mixed ones ``+2 c / l^2``:
+    they were 0 for 3/2 and of the wrong sign for 5/2 (through sqrt's zeroed derivative).
+    Nearby (r > 0) they agree with central differences of the first derivative."""
+    ls = jnp.asarray([0.7, 1.9])
+    k = make(ls)
+
+    def f(a, b):
+        return k(a[None], b[None])[0, 0]
+
+    x = jnp.asarray([0.3, -1.2])
+    want = 2.0 * c * np.diag(1.0 / np.asarray(ls) ** 2)
+    np.testing.assert_allclose(jax.hessian(f, 0)(x, x), -want, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(jax.jacfwd(jax.grad(f, 0), 1)(x, x), want, rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(jax.grad(f, 0)(x, x), np.zeros(2))
+    y = x + jnp.asarray([0.05, -0.02])
+    h = 1e-6
+    fd = np.stack(
+        [
+            (jax.grad(f, 0)(x, y + h * e) - jax.grad(f, 0)(x, y - h * e)) / (2 * h)
+            for e in np.eye(2)
+        ],
+        axis=1,
+    )
+    np.testing.assert_allclose(jax.jacfwd(jax.grad(f, 0), 1)(x, y), fd, rtol=1e-6, atol=1e-8)

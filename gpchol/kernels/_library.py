@@ -278,6 +278,17 @@ def _safe_sqrt(r2: jax.Array) -> jax.Array:
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, r2, 1.0)), 0.0)
 
 
+def _with_origin(r2: jax.Array, c: float, closed: Any) -> jax.Array:
+    """``closed(r2)`` for ``r2 > 0`` and ``1 - c r2`` at ``r2 == 0``: a Matérn kernel whose
+    expansion at the origin is ``1 - c r^2 + O(r^3)``. Through ``sqrt`` (whose derivative
+    :func:`_safe_sqrt` sets to 0 there) the second derivatives in the inputs at equal
+    points would be lost (0 for Matérn 3/2, of the wrong sign for 5/2); the expansion
+    gives the value and first and second derivatives exactly at 0.
+    """
+    zero = r2 <= 0
+    return jnp.where(zero, 1.0 - c * r2, closed(jnp.where(zero, 1.0, r2)))
+
+
 def _reject_array(value: Any) -> None:
     if isinstance(value, (np.ndarray, jax.Array)) and np.ndim(value) > 0:
         raise TypeError(
@@ -759,8 +770,8 @@ class Matern32(_LengthscaleKernel, auto_dataclass=False):
     .. math:: k(x, x') = (1 + \sqrt{3}\,r)\,\exp(-\sqrt{3}\,r), \qquad
               r = \sqrt{\textstyle\sum_k (x_k - x'_k)^2 / l_k^2}
 
-    Once mean-square differentiable sample paths. Gradients at ``r = 0`` are finite (and
-    equal to the exact value 0).
+    Once mean-square differentiable sample paths. At ``r = 0`` the first derivatives are
+    the exact 0 and the second derivatives in the inputs exact (``3 / l^2``).
 
     Args and shapes: as :class:`ExpSquared`.
 
@@ -774,8 +785,11 @@ class Matern32(_LengthscaleKernel, auto_dataclass=False):
     """
 
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
-        s = math.sqrt(3.0) * _safe_sqrt(_scaled_sqdist(self, x1, x2))
-        return (1.0 + s) * jnp.exp(-s)
+        def closed(r2: jax.Array) -> jax.Array:
+            s = math.sqrt(3.0) * jnp.sqrt(r2)
+            return (1.0 + s) * jnp.exp(-s)
+
+        return _with_origin(_scaled_sqdist(self, x1, x2), 1.5, closed)
 
 
 @pytree_dataclass
@@ -785,8 +799,8 @@ class Matern52(_LengthscaleKernel, auto_dataclass=False):
     .. math:: k(x, x') = \left(1 + \sqrt{5}\,r + \tfrac{5}{3} r^2\right)\exp(-\sqrt{5}\,r),
               \qquad r = \sqrt{\textstyle\sum_k (x_k - x'_k)^2 / l_k^2}
 
-    Twice mean-square differentiable sample paths. First derivatives at ``r = 0`` are
-    finite (and equal to the exact value 0).
+    Twice mean-square differentiable sample paths. At ``r = 0`` the first derivatives are
+    the exact 0 and the second derivatives in the inputs exact (``5 / (3 l^2)``).
 
     Args and shapes: as :class:`ExpSquared`.
 
@@ -800,9 +814,11 @@ class Matern52(_LengthscaleKernel, auto_dataclass=False):
     """
 
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
-        r2 = _scaled_sqdist(self, x1, x2)
-        s = math.sqrt(5.0) * _safe_sqrt(r2)
-        return (1.0 + s + (5.0 / 3.0) * r2) * jnp.exp(-s)
+        def closed(r2: jax.Array) -> jax.Array:
+            s = math.sqrt(5.0) * jnp.sqrt(r2)
+            return (1.0 + s + (5.0 / 3.0) * r2) * jnp.exp(-s)
+
+        return _with_origin(_scaled_sqdist(self, x1, x2), 5.0 / 6.0, closed)
 
 
 @pytree_dataclass
