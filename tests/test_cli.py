@@ -283,3 +283,15 @@ def test_model_file_written_before_the_shared_protocol(
     model.save(str(tmp_path / "model.json"), params, -1.5, FIXTURE_RESULT, FIXTURE_ARGS)  # type: ignore[arg-type]
     assert_same_saved_files(tmp_path / "model.json", old)
     assert len(os.listdir(tmp_path)) == 2
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_python_dash_m_gpchol_is_the_command(tmp_path: pathlib.Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "gpchol", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.startswith("usage: gpchol") and "predict" in out
