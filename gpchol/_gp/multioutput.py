@@ -315,21 +315,28 @@ def _kron_dK(
 
 @jax.custom_jvp
 def _kron_alpha(
-    B: jax.Array, Kx: jax.Array, noise: jax.Array, R: jax.Array, P: jax.Array, L: jax.Array
+    B: jax.Array,
+    Kx: jax.Array,
+    noise: jax.Array,
+    R: jax.Array,
+    P: jax.Array,
+    L: jax.Array,
+    A: jax.Array,
 ) -> jax.Array:
-    """``alpha`` ``(n, p)``, ``vec(alpha) = K^-1 vec(R)`` (``P``, ``L``: the parts of ``K``)."""
-    return _kron_solve_parts(P, L, R[:, :, None])[:, :, 0]
+    """``A`` ``(n, p)``, ``vec(A) = K^-1 vec(R)`` as the forward pass solved it from the
+    parts ``P``, ``L`` of ``K``, with the derivative of ``K^-1 vec(R)`` in ``B``, ``Kx``,
+    the noise and ``R``."""
+    return A
 
 
 @_kron_alpha.defjvp
 def _kron_alpha_jvp(
     primals: tuple[jax.Array, ...], tangents: tuple[jax.Array, ...]
 ) -> tuple[jax.Array, jax.Array]:
-    B, Kx, _, R, P, L = primals
-    dB, dKx, dnoise, dR, _, _ = tangents  # P and L follow from B, Kx and the noise
-    A = _kron_solve_parts(P, L, R[:, :, None])
-    dA = _kron_solve_parts(P, L, dR[:, :, None] - _kron_dK(B, Kx, dB, dKx, dnoise, A))
-    return A[:, :, 0], dA[:, :, 0]
+    B, Kx, _, _, P, L, A = primals
+    dB, dKx, dnoise, dR, *_ = tangents  # P, L and A follow from B, Kx, the noise and R
+    dZ = dR[:, :, None] - _kron_dK(B, Kx, dB, dKx, dnoise, A[:, :, None])
+    return A, _kron_solve_parts(P, L, dZ)[:, :, 0]
 
 
 def _kron_cross(kx: jax.Array, B: jax.Array) -> jax.Array:
@@ -706,8 +713,8 @@ class MultiOutputGP(AttrPytree):
             def kron(j: float) -> tuple[jax.Array, ...]:
                 return _kron_value(B, Kx, self.noise.astype(dtype) + j, R, be, nb)
 
-            value, _, P, _, L, status = first_factoring(kron, schedule, -1)
-            A = _kron_alpha(B, Kx, self.noise.astype(dtype), R, P, L)
+            value, A, P, _, L, status = first_factoring(kron, schedule, -1)
+            A = _kron_alpha(B, Kx, self.noise.astype(dtype), R, P, L, A)
             return MultiOutputPosterior(self, A, value, status, L, P=P)
         K, obs, r, be, nb = self._dense_inputs(R)
 
