@@ -136,6 +136,48 @@ def test_gauss_hermite_is_exact_on_polynomials_and_exp(rng):
     np.testing.assert_allclose(ee, np.exp(mu + v / 2), rtol=1e-13)
 
 
+@pytest.mark.parametrize("v", [0.0, 1e-300, 1e-30, 1e-8, 0.7])
+def test_gauss_hermite_variance_gradient_down_to_zero(v):
+    """d/dv E[g(f)] = E[g''(f)] / 2 (Price's identity) holds down to v = 0: through
+    sqrt(2 v) the chain rule gave 0 at v = 0 and 1e133 at v = 1e-300."""
+    m = 0.3
+
+    def e(m, v):
+        return likelihoods.gauss_hermite_expectation(
+            lambda f: f**2 + jnp.sin(f), jnp.asarray(m), jnp.asarray(v), 20
+        )
+
+    # E[f^2 + sin f] = m^2 + v + sin(m) exp(-v / 2)
+    dv = jax.grad(e, argnums=1)(m, v)
+    dm = jax.grad(e, argnums=0)(m, v)
+    np.testing.assert_allclose(dv, 1.0 - 0.5 * np.sin(m) * np.exp(-v / 2), rtol=1e-13)
+    np.testing.assert_allclose(dm, 2 * m + np.cos(m) * np.exp(-v / 2), rtol=1e-13)
+    _, tangent = jax.jvp(e, (m, v), (0.5, 2.0))
+    np.testing.assert_allclose(tangent, 0.5 * dm + 2.0 * dv, rtol=1e-13)
+
+
+def test_gauss_hermite_gradients_through_closed_over_parameters(rng):
+    """The derivative rule also differentiates what ``fn`` closes over (a likelihood's
+    learnable parameter): checked against finite differences, to second order."""
+    mu, v = jnp.asarray(rng.standard_normal(4)), jnp.asarray(rng.uniform(0.1, 1.0, 4))
+    y = jnp.asarray(rng.standard_normal(4))
+
+    def e(s, mu, v):
+        return jnp.sum(
+            likelihoods.gauss_hermite_expectation(
+                lambda f: -0.5 * ((y - f) / s) ** 2 - jnp.log(s), mu, v, 20
+            )
+        )
+
+    check_grads(e, (1.3, mu, v), order=2, modes=("fwd", "rev"))
+    check_grads(
+        lambda m, v: likelihoods.Bernoulli().variational_expectation(y > 0, m, v),
+        (mu, v),
+        order=2,
+        modes=("fwd", "rev"),
+    )
+
+
 @pytest.mark.parametrize("lik", LIKS)
 def test_variational_expectation_against_reference(rng, lik):
     n = 12
