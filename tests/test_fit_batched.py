@@ -337,6 +337,60 @@ def test_cli_group_fits_one_model_per_group(tmp_path, monkeypatch, capsys):
         np.testing.assert_allclose(params_b[k], v, rtol=1e-3)
 
 
+def test_cli_predict_reads_a_file_of_group_models(tmp_path, monkeypatch, capsys):
+    """``gpchol predict`` on a ``fit --group`` file: each row by its group's model (the
+    same numbers as that model's own file gives), rows in the CSV's order, the group column
+    first; a group without a model, a CSV without the column, and an empty group cell are
+    clear errors, and ``--dropna`` drops such a row (in ``fit --group`` as well)."""
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(2)
+    rows = ["star,t,flux"]
+    for name in ("a", "b"):
+        t = rng.uniform(0, 6, 10)
+        rows += [f"{name},{v},{f}" for v, f in zip(t, np.sin(t) + 0.1 * t, strict=True)]
+    rows.append(",3.0,0.5")  # no group, finite data
+    pathlib.Path("d.csv").write_text("\n".join(rows) + "\n")
+    common = ("--csv", "d.csv", "--x", "t", "--y", "flux", "--group", "star", "--steps", "5")
+    rc, _, err = cli(capsys, "fit", *common, "--no-plot", "--quiet", "--out", "g.json")
+    assert rc == 2 and "is empty at data row 21" in err and "--dropna" in err, err
+    rc, _, err = cli(capsys, "fit", *common, "--no-plot", "--quiet", "--dropna", "--out", "g.json")
+    assert rc == 0, err
+    doc = json.loads(pathlib.Path("g.json").read_text())
+    assert [m["data"]["n"] for m in doc["groups"].values()] == [10, 10]
+    pathlib.Path("gb.json").write_text(json.dumps(doc["groups"]["b"]))
+    with pytest.raises(gpchol.cli.CLIError, match="one model per group"):
+        Model.from_json("g.json")
+
+    test = ["star,t", "b,0.5", "a,0.5", "b,2.0", ",1.0", "a,5.5"]
+    pathlib.Path("t.csv").write_text("\n".join(test) + "\n")
+    rc, out, err = cli(capsys, "predict", "--model", "g.json", "--csv", "t.csv")
+    assert rc == 2 and "'star' is empty at data row 4" in err, err
+    rc, out, err = cli(capsys, "predict", "--model", "g.json", "--csv", "t.csv", "--dropna")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "star,t,mean,std,std_y"
+    assert [r.split(",")[:2] for r in lines[1:]] == [
+        ["b", "0.5"],
+        ["a", "0.5"],
+        ["b", "2.0"],
+        ["a", "5.5"],
+    ]
+    got = np.array([[float(v) for v in r.split(",")[1:]] for r in lines[1:]])
+    assert got[0, 1] != got[1, 1]  # the two groups' models differ
+    pathlib.Path("tb.csv").write_text("t\n0.5\n2.0\n")
+    rc, out_b, err = cli(capsys, "predict", "--model", "gb.json", "--csv", "tb.csv")
+    assert rc == 0, err
+    single = np.array([[float(v) for v in r.split(",")] for r in out_b.splitlines()[1:]])
+    np.testing.assert_array_equal(got[[0, 2]], single)
+
+    pathlib.Path("u.csv").write_text("star,t\na,1.0\nzz,2.0\n")
+    rc, _, err = cli(capsys, "predict", "--model", "g.json", "--csv", "u.csv")
+    assert rc == 2 and "('zz')" in err and "'a', 'b'" in err, err
+    pathlib.Path("v.csv").write_text("t\n1.0\n")
+    rc, _, err = cli(capsys, "predict", "--model", "g.json", "--csv", "v.csv")
+    assert rc == 2 and "'star' not found in v.csv" in err, err
+
+
 def test_cli_group_with_one_row_per_group_is_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     rows = ["id,t,flux"] + [f"r{i},{i},{np.sin(i)}" for i in range(6)]

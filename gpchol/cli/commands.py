@@ -33,7 +33,7 @@ from gpchol.cli.cache import CompileClock
 from gpchol.cli.csvio import format_predictions, read_csv
 from gpchol.cli.errors import CLIError
 from gpchol.cli.files import check_fit_outputs, check_output, write_file
-from gpchol.cli.model import Model
+from gpchol.cli.model import Model, read_models
 from gpchol.cli.parsing import fit_options, model_columns
 from gpchol.cli.resources import (
     FIT_FLOPS,
@@ -342,7 +342,9 @@ def run_predict(args: argparse.Namespace) -> int:
 
     The model file is validated, the output path checked and the memory estimated before
     the GP is conditioned; the test points go through in chunks (bounded memory, and
-    Ctrl-C acts between two of them).
+    Ctrl-C acts between two of them). With a file of per-group models (``gpchol fit
+    --group``) the CSV must have the group column: each row is predicted by its group's
+    model, and the output starts with that column.
     """
     if args.out:
         check_output(
@@ -350,21 +352,76 @@ def run_predict(args: argparse.Namespace) -> int:
             "--out",
             protect={"the input CSV (--csv)": args.csv, "the model file (--model)": args.model},
         )
+    column, models = read_models(args.model)
+    x_names = next(iter(models.values()))[0].x_names
+    Xs, _ = read_csv(args.csv, x_names, None, dropna=args.dropna, min_rows=1)
+    if column is None:
+        ((model, params),) = models.values()
+        text = format_predictions(x_names, Xs, _predict(model, params, Xs, args, ""))
+    else:
+        from gpchol.cli.group import group_labels  # the --group machinery, on demand
+
+        flag = "group column (of the model file)"
+        labels = group_labels(args.csv, column, x_names, args.dropna, flag=flag)
+        keep = np.array([bool(k) for k in labels], dtype=bool)  # "": empty cell, --dropna
+        labels = [k for k in labels if k]
+        Xs = Xs[keep]
+        if not labels:
+            raise CLIError(f"the {flag} {column!r} of {args.csv} is empty on every row")
+        unknown = [k for k in dict.fromkeys(labels) if k not in models]
+        if unknown:
+            shown = ", ".join(repr(k) for k in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+            known = ", ".join(repr(k) for k in list(models)[:10]) + (
+                " ..." if len(models) > 10 else ""
+            )
+            raise CLIError(
+                f"{len(unknown)} group(s) in the column {column!r} of {args.csv} have no model "
+                f"in {args.model} ({shown}); its groups are: {known}"
+            )
+        rows = np.asarray(labels, dtype=object)
+        columns = {k: np.empty(Xs.shape[0]) for k in ("mean", "std", "std_y")}
+        for label in dict.fromkeys(labels):
+            idx = np.flatnonzero(rows == label)
+            model, params = models[label]
+            part = _predict(model, params, Xs[idx], args, f"group {label!r}: ", idx)
+            for k, v in part.items():
+                columns[k][idx] = v
+        text = format_predictions(x_names, Xs, columns, labels=(column, labels))
+    if args.out:
+        write_file(args.out, text.encode())
+        print(f"wrote {Xs.shape[0]} predictions to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _predict(
+    model: Model,
+    params: dict[str, np.ndarray],
+    Xs: np.ndarray,
+    args: argparse.Namespace,
+    where: str,
+    rows: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """``mean``, ``std`` and ``std_y`` of one model at the raw inputs ``Xs``.
+
+    ``where`` prefixes the messages (the group); ``rows`` are the data rows (0-based) of
+    ``Xs`` in the CSV file, for them (default: ``0, 1, ...``).
+    """
     dtype = _float_dtype(False)
-    model, params = Model.from_json(args.model)
-    Xs, _ = read_csv(args.csv, model.x_names, None, dropna=args.dropna, min_rows=1)
     gs = model.xs(Xs)
     bad = ~np.all(np.isfinite(gs), axis=1)
     if np.any(bad):
-        row = int(np.flatnonzero(bad)[0]) + 1
+        first = int(np.flatnonzero(bad)[0])
+        row = (first if rows is None else int(rows[first])) + 1
         raise CLIError(
-            f"data row {row} of {args.csv} is too far from the model's training data to be "
-            "standardized (its standardized value overflows)"
+            f"{where}data row {row} of {args.csv} is too far from the model's training data to "
+            "be standardized (its standardized value overflows)"
         )
     n, d = model.X.shape
     chunk = max(1, min(Xs.shape[0], _PREDICT_CHUNK_BYTES // (8 * n)))
     announce_cost(
-        "the prediction",
+        f"{where}the prediction",
         n,
         d,
         8,
@@ -376,32 +433,21 @@ def run_predict(args: argparse.Namespace) -> int:
     post = model.gp(p, dtype).condition(jnp.asarray(model.ys(model.y), dtype))
     if not bool(np.isfinite(np.asarray(post.log_marginal_likelihood))):
         raise CLIError(
-            f"the model in {args.model} cannot be conditioned on its data (covariance not "
-            "positive definite); refit it"
+            f"{where}the model in {args.model} cannot be conditioned on its data (covariance "
+            "not positive definite); refit it"
         )
     means, variances = [], []
     for start in range(0, gs.shape[0], chunk):
         part = jnp.asarray(gs[start : start + chunk], dtype)
         means.append(np.asarray(post.mean(part)))
         variances.append(np.asarray(post.variance(part)))
-    mean = np.concatenate(means) * model.y_scale + model.y_shift
     var = np.concatenate(variances)
     noise = np.asarray(model.spec.build(p)[1], np.float64)
-    text = format_predictions(
-        model.x_names,
-        Xs,
-        {
-            "mean": mean,
-            "std": np.sqrt(var) * model.y_scale,
-            "std_y": np.sqrt(var + noise) * model.y_scale,
-        },
-    )
-    if args.out:
-        write_file(args.out, text.encode())
-        print(f"wrote {Xs.shape[0]} predictions to {args.out}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return {
+        "mean": np.concatenate(means) * model.y_scale + model.y_shift,
+        "std": np.sqrt(var) * model.y_scale,
+        "std_y": np.sqrt(var + noise) * model.y_scale,
+    }
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

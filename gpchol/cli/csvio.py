@@ -124,7 +124,13 @@ def _numbers(rows: list[list[str]], idx: list[int], names: list[str], path: str)
     return data
 
 
-def format_predictions(x_names: list[str], X: np.ndarray, columns: dict[str, np.ndarray]) -> str:
+def format_predictions(
+    x_names: list[str],
+    X: np.ndarray,
+    columns: dict[str, np.ndarray],
+    *,
+    labels: tuple[str, list[str]] | None = None,
+) -> str:
     """The text of a CSV: the inputs, then one column per entry of ``columns``.
 
     Numbers are written with ``repr`` (shortest round-trip form).
@@ -133,6 +139,7 @@ def format_predictions(x_names: list[str], X: np.ndarray, columns: dict[str, np.
         x_names: names of the input columns.
         X: ``(n, len(x_names))`` inputs.
         columns: ``name -> (n,)`` values, in order.
+        labels: ``(name, n texts)``: a text column written first (the group of each row).
 
     Returns:
         The CSV text, header first, ``\\n`` line ends.
@@ -146,8 +153,8 @@ def format_predictions(x_names: list[str], X: np.ndarray, columns: dict[str, np.
     """
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow([*x_names, *columns])
+    w.writerow([*([labels[0]] if labels else []), *x_names, *columns])
     for i in range(X.shape[0]):
-        values = [*X[i], *(c[i] for c in columns.values())]
-        w.writerow([repr(float(v)) for v in values])
+        values = [repr(float(v)) for v in (*X[i], *(c[i] for c in columns.values()))]
+        w.writerow([labels[1][i], *values] if labels else values)
     return buf.getvalue()

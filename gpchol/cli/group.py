@@ -34,34 +34,35 @@ from gpchol._fit import fit_batched
 from gpchol.cli.csvio import MISSING, read_csv
 from gpchol.cli.errors import CLIError
 from gpchol.cli.files import check_fit_outputs, write_file
-from gpchol.cli.model import FORMAT_VERSION, Model, versions
+from gpchol.cli.model import FORMAT_VERSION, GROUPS_FORMAT, Model, versions
 from gpchol.cli.parsing import fit_options, model_columns
 from gpchol.cli.spec import ModelSpec
 
 __all__ = ["GROUPS_FORMAT", "MIN_ROWS", "group_labels", "run_group_fit", "split_groups"]
 
-GROUPS_FORMAT = "gpchol-fit-groups"
-"""The ``format`` field of a file of per-group models."""
-
 MIN_ROWS = 3
 """The fewest rows a group needs (as a single ``gpchol fit``)."""
 
 
-def group_labels(path: str, group: str, wanted: list[str], dropna: bool) -> list[str]:
+def group_labels(
+    path: str, group: str, wanted: list[str], dropna: bool, *, flag: str = "--group column"
+) -> list[str]:
     """The group column's text in each data row kept by :func:`read_csv`.
 
     Rows :func:`~gpchol.cli.csvio.read_csv` drops with ``--dropna`` (a missing, NaN or
-    inf value in ``wanted``) are dropped here too, and so are rows whose group cell is
-    empty; without ``--dropna`` an empty group cell is an error.
+    inf value in ``wanted``) are dropped here too, so the labels match its rows one to
+    one; a row whose group cell is empty gets the label ``""`` with ``--dropna`` (for
+    the caller to drop) and is an error without.
 
     Args:
         path: the CSV file (already read once by ``read_csv``, which reported its errors).
         group: the group column's name.
         wanted: the input and target columns.
         dropna: as ``--dropna``.
+        flag: how the messages name the group column.
 
     Returns:
-        One label per kept row, in file order.
+        One label per row ``read_csv`` keeps, in file order.
 
     Raises:
         CLIError: no such column, a column named twice, an empty group cell.
@@ -71,12 +72,12 @@ def group_labels(path: str, group: str, wanted: list[str], dropna: bool) -> list
     header = [h.strip() for h in rows[0]]
     if group not in header:
         raise CLIError(
-            f"--group column {group!r} not found in {path}; its columns are: " + ", ".join(header)
+            f"{flag} {group!r} not found in {path}; its columns are: " + ", ".join(header)
         )
     if header.count(group) > 1:
-        raise CLIError(f"--group column {group!r} appears more than once in the header of {path}")
+        raise CLIError(f"{flag} {group!r} appears more than once in the header of {path}")
     if group in wanted:
-        raise CLIError(f"--group column {group!r} is also an input (--x) or the target (--y)")
+        raise CLIError(f"{flag} {group!r} is also an input (--x) or the target (--y)")
     g = header.index(group)
     idx = [header.index(c) for c in wanted]
     labels = []
@@ -84,11 +85,11 @@ def group_labels(path: str, group: str, wanted: list[str], dropna: bool) -> list
         label = row[g].strip() if g < len(row) else ""
         if dropna:
             cells = [row[k].strip() if k < len(row) else "" for k in idx]
-            if not label or not all(_finite(c) for c in cells):
-                continue
+            if not all(_finite(c) for c in cells):
+                continue  # read_csv drops this row too
         elif not label:
             raise CLIError(
-                f"the --group column {group!r} is empty at data row {i + 1} (line {i + 2}) of "
+                f"the {flag} {group!r} is empty at data row {i + 1} (line {i + 2}) of "
                 f"{path}; fill it in or pass --dropna to drop such rows"
             )
         labels.append(label)
@@ -144,11 +145,11 @@ def _read(args: argparse.Namespace) -> tuple[dict[str, Model], ModelSpec, list[s
     X, y = read_csv(args.csv, x_cols, y_col, dropna=args.dropna, min_rows=1)
     assert y is not None
     labels = group_labels(args.csv, group, x_cols + [y_col], args.dropna)
-    if len(labels) != X.shape[0]:  # an empty group cell on a row read_csv dropped
-        raise CLIError(
-            f"the --group column {group!r} of {args.csv} is empty on some rows; fill it in or "
-            "pass --dropna"
-        )
+    keep = np.array([bool(k) for k in labels], dtype=bool)  # "": empty cell, --dropna
+    labels = [k for k in labels if k]
+    X, y = X[keep], y[keep]
+    if not labels:
+        raise CLIError(f"the --group column {group!r} of {args.csv} is empty on every row")
     models = {}
     for label, (Xg, yg) in split_groups(labels, X, y, group, min_rows=MIN_ROWS).items():
         try:

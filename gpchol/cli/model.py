@@ -38,12 +38,23 @@ from gpchol._persist import SaveFileError, load, save
 from gpchol.cli.errors import CLIError
 from gpchol.cli.spec import ModelSpec, SpecError
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "Model", "data_hash", "standardization", "versions"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "GROUPS_FORMAT",
+    "Model",
+    "data_hash",
+    "read_models",
+    "standardization",
+    "versions",
+]
 
 FORMAT = "gpchol-fit"
 """The ``format`` field of a model file's content."""
 FORMAT_VERSION = 1
 """The ``format_version`` field of a model file's content."""
+GROUPS_FORMAT = "gpchol-fit-groups"
+"""The ``format`` field of a file of per-group models (``gpchol fit --group``)."""
 
 _FILES = FileKind(
     FORMAT,
@@ -65,6 +76,24 @@ _FILES = FileKind(
     lambda at, text: CLIError(text),
 )
 """How a model file's problems of the protocol's part are worded (the file and its content)."""
+
+_GROUP_FILES = FileKind(
+    GROUPS_FORMAT,
+    FORMAT_VERSION,
+    {
+        "format": f"model file {{path}}: not a file of per-group models (its 'format' is not "
+        f"{GROUPS_FORMAT!r})",
+        "version-missing": "model file {path}: 'format_version' is missing; refit with "
+        "`gpchol fit --group`",
+        "version-type": "model file {path}: 'format_version' must be an integer >= 1, not "
+        "{version!r}",
+        "version-newer": "model file {path}: written by {by} in format version {version}; this "
+        "gpchol ({ours}) reads version {newest}: upgrade gpchol, or refit the models with this "
+        "one",
+    },
+    lambda at, text: CLIError(text),
+)
+"""How a per-group model file's format and version problems are worded."""
 
 
 def data_hash(X: np.ndarray, y: np.ndarray) -> str:
@@ -350,12 +379,56 @@ class Model:
             CLIError: one line naming the file and the first problem found.
         """
         m = _FILES.read(path)
-        if isinstance(m, dict) and m.get("format") == SAVE_FORMAT:
-            try:
-                m = load(path)  # checks the versions, the hashes and the arrays file
-            except SaveFileError as e:
-                raise CLIError(f"model {e}; refit with `gpchol fit`") from None
-        return _ModelFile(path).read(m)
+        if isinstance(m, dict) and m.get("format") == GROUPS_FORMAT:
+            raise CLIError(
+                f"model file {path} holds one model per group (`gpchol fit --group`), not "
+                "one model; `gpchol predict` reads it with the group column in --csv"
+            )
+        return _single(m, path)
+
+
+def _single(m: Any, path: str) -> tuple[Model, dict[str, np.ndarray]]:
+    """The model of the parsed single-model file ``m`` (either format), validated."""
+    if isinstance(m, dict) and m.get("format") == SAVE_FORMAT:
+        try:
+            m = load(path)  # checks the versions, the hashes and the arrays file
+        except SaveFileError as e:
+            raise CLIError(f"model {e}; refit with `gpchol fit`") from None
+    return _ModelFile(path).read(m)
+
+
+def read_models(path: str) -> tuple[str | None, dict[str, tuple[Model, dict[str, np.ndarray]]]]:
+    """Reads and validates the model file of ``gpchol fit``, with or without ``--group``.
+
+    A file of per-group models is checked as a whole (format, version, the group column,
+    every group's model as :meth:`Model.from_json` checks one file's, the same input
+    columns in all) before any is used.
+
+    Returns:
+        ``(group column, {label: (model, params)})``; for a single-model file the group
+        column is ``None`` and the one label is ``""``.
+
+    Raises:
+        CLIError: one line naming the file (and the group) and the first problem found.
+    """
+    m = _FILES.read(path)
+    if not (isinstance(m, dict) and m.get("format") == GROUPS_FORMAT):
+        return None, {"": _single(m, path)}
+    _GROUP_FILES.check(m, path)
+    where = _ModelFile(path)
+    column = where.text(m, "group_column", "")
+    groups = where.section(m, "groups")
+    if not groups:
+        where.fail("'groups' is empty; refit with `gpchol fit --group`")
+    models = {}
+    for label, content in groups.items():
+        if not label:
+            where.fail("a group's label is empty")
+        models[label] = _ModelFile(f"{path} (group {label!r})").read(content)
+    names = {tuple(model.x_names) for model, _ in models.values()}
+    if len(names) > 1:
+        where.fail("its groups' models have different input columns ('x_columns')")
+    return column, models
 
 
 class _ModelFile:

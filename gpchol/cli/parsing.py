@@ -191,7 +191,9 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
         "predict",
         help="predict with a fitted model: CSV of mean and std",
         description="Posterior mean and standard deviation (of the latent function: std; "
-        "of a new observation: std_y) at the inputs of a CSV file.",
+        "of a new observation: std_y) at the inputs of a CSV file. With a model file of "
+        "`gpchol fit --group`, the CSV also needs the group column: each row is predicted "
+        "by its group's model.",
     )
     p.add_argument("--model", default="gpchol-fit.json", help="model file from `gpchol fit`")
     p.add_argument("--csv", metavar="FILE", required=True, help="CSV with the input columns")
