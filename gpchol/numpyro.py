@@ -244,8 +244,10 @@ class MultivariateNormal(Distribution):
     ``support``, batch/event shapes and broadcasting (``loc`` and the matrix are
     broadcast against each other, NumPyro's way), ``sample``/``rsample``, ``log_prob``,
     ``mean``, ``variance``, ``entropy``, ``expand``, ``infer_shapes`` and
-    ``validate_args``. It is a pytree like every NumPyro distribution, so it works under
-    ``jit``, ``vmap``, ``grad``, NUTS and SVI; ``vmap_over(d, loc=..., covariance_matrix=...)``
+    ``validate_args``; ``numpyro.distributions.kl_divergence`` against this class or
+    NumPyro's (so ``TraceMeanField_ELBO`` takes it as prior or guide). It is a pytree
+    like every NumPyro distribution, so it works under ``jit``, ``vmap``, ``grad``, NUTS
+    and SVI; ``vmap_over(d, loc=..., covariance_matrix=...)``
     (``numpyro.distributions.batch_util``) gives the ``out_axes`` of a vmapped constructor,
     derived matrices included. NumPyro's own ``test/test_distributions.py`` passes on it
     (``tests/test_numpyro_upstream.py``).
@@ -566,6 +568,49 @@ def _relative_jitter_factor(C: jax.Array, jitter: tuple[float, ...]) -> jax.Arra
     scale = jnp.maximum(jnp.max(jnp.diagonal(C)), jnp.finfo(C.dtype).tiny)
     Ls = cholesky_with_status(C / scale, jitter=jitter)[0]
     return jnp.sqrt(scale) * Ls
+
+
+def _kl_normal(p: Any, q: Any) -> jax.Array:
+    r"""``KL(p || q)`` of two multivariate normals (gpchol's or NumPyro's), per batch element.
+
+    With ``p = N(m_p, L_p L_p^T)`` and ``q = N(m_q, L_q L_q^T)`` (Rasmussen & Williams 2006,
+    eq. A.23, written with the factors):
+
+    .. math::
+        \tfrac12\left(\|L_q^{-1} L_p\|_F^2 + \|L_q^{-1}(m_p - m_q)\|^2 - n\right)
+        + \textstyle\sum_i \log |L_{q,ii}| - \sum_i \log |L_{p,ii}|
+
+    Two triangular solves, no inverse; NaN where either factor failed (as ``entropy``).
+    Registered with ``numpyro.distributions.kl_divergence`` below, so NumPyro's
+    ``TraceMeanField_ELBO`` takes gpchol's normals as prior or guide.
+    """
+    if p.event_shape != q.event_shape:
+        raise ValueError(
+            f"kl_divergence of multivariate normals of event shapes {p.event_shape} and "
+            f"{q.event_shape}: both must have the same dimension."
+        )
+    (n,) = p.event_shape
+    batch = jnp.broadcast_shapes(p.batch_shape, q.batch_shape)
+    Lp = jnp.broadcast_to(p.scale_tril, batch + (n, n))
+    Lq = jnp.broadcast_to(q.scale_tril, batch + (n, n))
+    dm = jnp.broadcast_to(p.loc - q.loc, batch + (n,))
+    M = solve_triangular(Lq, Lp, lower=True)
+    z = solve_triangular(Lq, dm, lower=True)
+    logdet = jnp.sum(
+        jnp.log(jnp.abs(jnp.diagonal(Lq, axis1=-2, axis2=-1)))
+        - jnp.log(jnp.abs(jnp.diagonal(Lp, axis1=-2, axis2=-1))),
+        axis=-1,
+    )
+    return 0.5 * (jnp.sum(M * M, axis=(-2, -1)) + jnp.sum(z * z, axis=-1) - n) + logdet
+
+
+# A gpchol normal against either kind: NumPyro dispatches kl_divergence on the pair's types.
+for _pair in (
+    (MultivariateNormal, MultivariateNormal),
+    (MultivariateNormal, numpyro.distributions.MultivariateNormal),
+    (numpyro.distributions.MultivariateNormal, MultivariateNormal),
+):
+    numpyro.distributions.kl_divergence.register(*_pair)(_kl_normal)
 
 
 class GaussianProcessMarginal(MultivariateNormal):
