@@ -281,7 +281,13 @@ def _read(
     for hp in kernel.hyperparameters:
         full = prefix + hp.name
         value = np.ravel(np.asarray(getattr(kernel, hp.name), np.float64))
-        if value.size != hp.n_elements or not np.all(np.isfinite(value) & (value > 0)):
+        if value.size != hp.n_elements:
+            raise ValueError(
+                f"kernel: hyperparameter {full} has {hp.n_elements} value(s) in this "
+                f"{type(kernel).__name__} (scikit-learn's kernel is isotropic in it); got "
+                f"{getattr(kernel, hp.name)!r}"
+            )
+        if not np.all(np.isfinite(value) & (value > 0)):
             raise ValueError(
                 f"kernel: hyperparameter {full} must be positive and finite (its log is "
                 f"theta); got {getattr(kernel, hp.name)!r}"

@@ -29,6 +29,7 @@ unconstrained space.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -98,19 +99,33 @@ def _theta_objective(
 class Objective:
     """``-lml`` of a flat vector with scikit-learn's ``obj_func(theta, eval_gradient)``
     contract: ``(value, gradient)`` as a float and a ``(k,)`` float64 array, or the value
-    alone with ``eval_gradient=False``. Runs in float64 (inside :func:`jax.enable_x64`)."""
+    alone with ``eval_gradient=False``. Runs in float64 (inside :func:`jax.enable_x64`).
 
-    def __init__(self, fn: Callable[[jax.Array, bool], Any]) -> None:
+    Where the covariance cannot be factored (a non-finite value) the value is ``+inf``
+    with a zero gradient, as scikit-learn's (never NaN: an optimizer's comparisons, and
+    ``argmin`` over a grid, then step away from it)."""
+
+    def __init__(self, fn: Callable[[jax.Array, bool], Any], size: int) -> None:
         self._fn = fn
+        self.size = size
         self.calls = 0
 
     def __call__(self, x: Any, eval_gradient: bool = True) -> Any:
+        th = np.asarray(x, np.float64)
+        if th.shape != (self.size,):
+            raise ValueError(
+                f"theta must have shape ({self.size},), one log-value per free "
+                f"hyperparameter; got shape {th.shape}"
+            )
         self.calls += 1
         with jax.enable_x64(True):
-            value, grad = self._fn(jnp.asarray(np.asarray(x, np.float64)), bool(eval_gradient))
+            value, grad = self._fn(jnp.asarray(th), bool(eval_gradient))
+            value = float(value)
+            if not math.isfinite(value):
+                value, grad = math.inf, np.zeros(self.size)
             if not eval_gradient:
-                return float(value)
-            return float(value), np.asarray(grad, np.float64)
+                return value
+            return value, np.asarray(grad, np.float64)
 
 
 # ---------------------------------------------------------------------------- spaces
@@ -167,7 +182,7 @@ class SklearnSpace(Space):
             noise=noise,
             node=t.node,
         )
-        return Objective(lambda x, g: fn(x, gradient=g))
+        return Objective(lambda x, g: fn(x, gradient=g), self.x0.size)
 
     def starts(self, restarts: int, rng: np.random.RandomState) -> list[np.ndarray]:
         if restarts and not np.all(np.isfinite(self.bounds)):
@@ -299,7 +314,7 @@ class GpcholSpace(Space):
             return -log_marginal_likelihood(self.kernel(x), X, Y, noise)
 
         vg, v = jax.jit(jax.value_and_grad(loss)), jax.jit(loss)
-        return Objective(lambda x, g: vg(x) if g else (v(x), None))
+        return Objective(lambda x, g: vg(x) if g else (v(x), None), self.x0.size)
 
     def starts(self, restarts: int, rng: np.random.RandomState) -> list[np.ndarray]:
         return [self.x0] + [self.x0 + rng.standard_normal(self.x0.shape) for _ in range(restarts)]
@@ -384,7 +399,7 @@ def _scipy_start(
 
     def f(x: np.ndarray) -> tuple[float, np.ndarray]:
         v, g = objective(x, True)
-        if not (np.isfinite(v) and np.all(np.isfinite(g))):
+        if not np.all(np.isfinite(g)):  # a finite value with a NaN gradient
             return np.inf, np.zeros_like(g)  # the line search steps back
         return v, g
 
@@ -399,7 +414,7 @@ def _scipy_start(
 def _custom_start(
     objective: Objective, x0: np.ndarray, bounds: np.ndarray, method: Callable[..., Any]
 ) -> tuple[np.ndarray, float, Any]:
-    out = method(objective, np.array(x0), np.array(bounds))
+    out = method(objective, np.array(x0), bounds=np.array(bounds))  # scikit-learn's call
     try:
         x, fun = out
     except (TypeError, ValueError):

@@ -264,6 +264,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                     'fix those of a scikit-learn kernel with its *_bounds="fixed"'
                 )
             return SklearnSpace(translate(kernel, d))
+        if isinstance(self.fixed, str):
+            raise TypeError(
+                f"fixed must be a list of hyperparameter names, e.g. [{self.fixed!r}]; got "
+                "the string itself"
+            )
         return GpcholSpace(_as_float64_leaves(kernel), self.fixed)
 
     def _optimizer(self) -> Any:
@@ -415,6 +420,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             kernel = translate(kernel, d).gpchol_kernel()
         kernel = _as_float64_leaves(kernel)
         post = GaussianProcess(kernel, jnp.zeros((0, d)), noise=0.0).condition(jnp.zeros(0))
+        self._counts()
         t = 1 if self.n_targets is None else int(self.n_targets)
         return [post] * t, np.zeros(t), np.ones(t), t == 1
 
@@ -500,7 +506,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 behaviour); ``True`` leaves ``kernel_`` as it is.
 
         Returns:
-            The value, or ``(value, gradient)``.
+            The value, or ``(value, gradient)``; ``-inf`` (and a zero gradient) where the
+            covariance cannot be factored, as scikit-learn's.
 
         Raises:
             ValueError: ``eval_gradient`` without ``theta``, or ``theta`` of the wrong
@@ -537,8 +544,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 k = _as_float64_leaves(theta)
                 if eval_gradient:
                     value, grad = jax.value_and_grad(lml)(k)
+                    if not np.isfinite(value):  # not factorable: scikit-learn's -inf, 0
+                        return np.float64(-np.inf), jax.tree_util.tree_map(np.zeros_like, grad)
                     return np.float64(value), _as_float64_leaves(grad)
-                return np.float64(lml(k))
+                value = np.float64(lml(k))
+                return value if np.isfinite(value) else np.float64(-np.inf)
         if not is_sklearn_kernel(self.kernel_):
             raise TypeError(
                 "theta: this estimator's kernel is a gpchol kernel; give a gpchol kernel of "

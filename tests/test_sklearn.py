@@ -236,7 +236,7 @@ def test_in_pipelines_and_searches(rng: np.random.Generator) -> None:
         ),
         (lambda: GaussianProcessRegressor(n_targets=3), "ok", ValueError, ["n_targets=3"]),
         (
-            lambda: GaussianProcessRegressor(optimizer=lambda f, t, b: None),
+            lambda: GaussianProcessRegressor(optimizer=lambda f, t, bounds: None),
             "ok",
             TypeError,
             ["optimizer", "(theta_opt, func_min)"],
@@ -521,6 +521,73 @@ def test_sklearn_theta_of_the_wrong_length(rng: np.random.Generator) -> None:
     g = GaussianProcessRegressor(kernels.ExpSquared(1.0), optimizer=None).fit(X, y)
     with pytest.raises(TypeError, match="gpchol kernel"):
         g.log_marginal_likelihood(np.zeros(1))
+
+
+def test_unfactorable_theta_is_minus_inf_as_scikit_learns(rng: np.random.Generator) -> None:
+    """Where the covariance cannot be factored the log marginal likelihood is -inf with a
+    zero gradient (scikit-learn's), in the public method and in the ``obj_func`` a callable
+    optimizer gets, so an argmin over a grid steps away from it (it picked the NaN)."""
+    X = rng.uniform(0, 3, (40, 1))
+    y = 0.5 * X[:, 0] + 0.1 * rng.standard_normal(40)
+    kernel = sk.DotProduct(1.0, "fixed") + sk.WhiteKernel(0.1, (1e-300, 10.0))
+    tiny = np.array([np.log(1e-300)])
+    for cls in (SkGPR, GaussianProcessRegressor):
+        est = cls(kernel, alpha=0.0, optimizer=None).fit(X, y)
+        value, grad = est.log_marginal_likelihood(tiny, eval_gradient=True)
+        assert value == -np.inf and np.array_equal(grad, [0.0]), (cls, value, grad)
+        assert est.log_marginal_likelihood(tiny) == -np.inf
+
+    def grid(obj_func: Any, initial_theta: Any, bounds: Any) -> Any:
+        thetas = [np.array([t]) for t in np.linspace(np.log(1e-300), 0.0, 7)]
+        values = [obj_func(t, eval_gradient=False) for t in thetas]
+        assert values[0] == np.inf
+        best = int(np.argmin(values))
+        return thetas[best], values[best]
+
+    fits = [
+        cls(kernel, alpha=0.0, optimizer=grid).fit(X, y)
+        for cls in (SkGPR, GaussianProcessRegressor)
+    ]
+    assert fits[1].kernel_.k2.noise_level == pytest.approx(fits[0].kernel_.k2.noise_level)
+    noisy = kernels.Linear(1.0) + kernels.White(0.1)
+    g = GaussianProcessRegressor(noisy, alpha=0.0, optimizer=None).fit(X[:3], y[:3])
+    rank_one = kernels.Linear(1.0) + kernels.White(0.0)  # three points
+    value, grad = g.log_marginal_likelihood(rank_one, eval_gradient=True)
+    assert value == -np.inf and grad.kernel2.variance == 0.0
+    assert g.log_marginal_likelihood(rank_one) == -np.inf
+
+
+def test_callable_optimizer_called_as_scikit_learn_calls_it(rng: np.random.Generator) -> None:
+    """``optimizer(obj_func, initial_theta, bounds=bounds)``: an optimizer with ``bounds``
+    keyword-only works; ``obj_func`` checks the length of ``theta``."""
+    from scipy.optimize import minimize
+
+    def optimizer(obj_func: Any, initial_theta: Any, *, bounds: Any) -> Any:
+        r = minimize(obj_func, initial_theta, jac=True, method="L-BFGS-B", bounds=bounds)
+        return r.x, r.fun
+
+    X, y = data(rng, n=20)
+    kernel = sk.ConstantKernel() * sk.RBF()
+    ours = GaussianProcessRegressor(kernel, optimizer=optimizer).fit(X, y)
+    ref = SkGPR(kernel, optimizer=optimizer).fit(X, y)
+    np.testing.assert_allclose(ours.kernel_.theta, ref.kernel_.theta, rtol=1e-4, atol=1e-5)
+
+    def too_long(obj_func: Any, initial_theta: Any, bounds: Any) -> Any:
+        return initial_theta, obj_func(np.r_[initial_theta, 0.0], eval_gradient=False)
+
+    with pytest.raises(ValueError, match=r"theta must have shape \(2,\).*got shape \(3,\)"):
+        GaussianProcessRegressor(kernel, optimizer=too_long).fit(X, y)
+
+
+def test_more_bad_arguments_are_clear_errors(rng: np.random.Generator) -> None:
+    X, y = data(rng, n=10)
+    with pytest.raises(ValueError, match=r"length_scale has 1 value.*isotropic"):
+        GaussianProcessRegressor(sk.RationalQuadratic(length_scale=[1.0, 2.0])).fit(X, y)
+    with pytest.raises(ValueError, match="n_targets"):
+        GaussianProcessRegressor(n_targets=0).predict(X)
+    kernel = 1.0 * kernels.ExpSquared(1.0) + kernels.White(0.1)
+    with pytest.raises(TypeError, match=r"fixed must be a list.*\['kernel2.variance'\]"):
+        GaussianProcessRegressor(kernel, fixed="kernel2.variance").fit(X, y)
 
 
 # ------------------------------------------------------------------ check_estimator
