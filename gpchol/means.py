@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gpchol._base.pytrees import as_param, is_scalar, pytree_dataclass
+from gpchol._base.pytrees import as_param, is_scalar, pytree_dataclass, scalar_param
 from gpchol._base.validate import as_inputs, check_scalar_or_vector
 
 _T = TypeVar("_T")
@@ -87,7 +87,9 @@ class Constant(Mean):
     value: Any = 0.0
 
     def _eval(self, x: jax.Array) -> jax.Array:
-        return jnp.broadcast_to(as_param(self.value, x.dtype), x.shape[:1])
+        return jnp.broadcast_to(
+            scalar_param(self.value, x.dtype, "Constant mean value"), x.shape[:1]
+        )
 
 
 @pytree_dataclass
@@ -122,7 +124,7 @@ class Linear(Mean):
         out = x[:, 0] * w[0]
         for k in range(1, d):
             out = out + x[:, k] * w[k]
-        return out + as_param(self.bias, x.dtype)
+        return out + scalar_param(self.bias, x.dtype, "Linear mean bias")
 
 
 @pytree_dataclass

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from gpchol import Positive, to_constrained, to_unconstrained
+from gpchol import Positive, means, to_constrained, to_unconstrained
 from gpchol import kernels as kern
 
 
@@ -413,3 +413,74 @@ def test_bad_arguments_are_named():
         kern.Warp(kern.ExpSquared(), fn=lambda x: jnp.outer(x, x))(X)
     with pytest.raises(ValueError, match=r"period must be a scalar or have shape \(2,\)"):
         kern.Cosine(np.ones(3))(X)
+
+
+def test_scalar_parameters_refuse_vectors_and_combinators_refuse_functions():
+    """A vector given for a one-number parameter broadcast against the block's columns
+    (a wrong, even non-symmetric K); a function given for a kernel failed later with an
+    AttributeError."""
+    X = jnp.ones((2, 2))  # two columns: a (2,) vector broadcast silently
+    for make, name in (
+        (lambda v: kern.Linear(variance=v), "Linear variance"),
+        (lambda v: kern.Polynomial(variance=v), "Polynomial variance"),
+        (lambda v: kern.Polynomial(offset=v), "Polynomial offset"),
+        (lambda v: kern.RationalQuadratic(alpha=v), "RationalQuadratic alpha"),
+        (lambda v: kern.Constant(v), "Constant value"),
+        (lambda v: kern.White(v), "White variance"),
+        (lambda v: kern.Scale(v, kern.ExpSquared()), "Scale amplitude"),
+    ):
+        assert make(np.array([2.0]))(X).shape == (2, 2)  # one number of shape (1,) is fine
+        with pytest.raises(ValueError, match=rf"{name} must be a scalar .*shape \(2,\)"):
+            make(np.array([1.0, 2.0]))(X)
+    with pytest.raises(ValueError, match=r"Constant mean value must be a scalar"):
+        means.Constant(np.array([1.0, 2.0]))(X)
+    with pytest.raises(ValueError, match=r"Linear mean bias must be a scalar"):
+        means.Linear(bias=np.array([1.0, 2.0]))(X)
+
+    def fn(a, b):
+        return jnp.sum(a * b)
+
+    for make, owner in (
+        (lambda: kern.ChangePoints((kern.Constant(), fn)), "ChangePoints"),
+        (lambda: kern.Sum(kern.Constant(), fn), "Sum"),
+        (lambda: kern.Product(fn, kern.Constant()), "Product"),
+        (lambda: kern.Scale(2.0, fn), "Scale"),
+        (lambda: kern.Power(fn, 2), "Power"),
+    ):
+        with pytest.raises(TypeError, match=rf"{owner}: kernel must be a gpchol kernel"):
+            make()
+    cp = kern.ChangePoints(k for k in (kern.Constant(1.0), kern.Constant(4.0)))  # a generator
+    np.testing.assert_allclose(cp.diag(jnp.array([-50.0, 50.0])), [1.0, 4.0], rtol=1e-6)
+
+
+def test_power_gradient_where_the_base_kernel_underflows(x64):
+    """``k^p`` for a non-integer p where k is exactly 0 (distant points): the gradient was
+    inf * 0 = NaN; ExpSquared(l)^(1/2) is ExpSquared(l sqrt 2), whose gradient is 0."""
+    X = jnp.linspace(0.0, 10.0, 6)
+    # l = 0.25: neighbours (2 apart) give exp(-32), the pairs 10 apart underflow to 0
+    g = jax.grad(lambda k: jnp.sum(k(X)))(kern.ExpSquared(0.25) ** 0.5)
+    want = jax.grad(lambda l: jnp.sum(kern.ExpSquared(l * np.sqrt(2.0))(X)))(0.25)
+    assert np.isfinite(g.kernel.lengthscale)
+    np.testing.assert_allclose(g.kernel.lengthscale, want, rtol=1e-12, atol=1e-300)
+    check_grads(lambda l: jnp.sum((kern.ExpSquared(l) ** 0.5)(X)), (1.5,), order=2)
+
+
+@pytest.mark.parametrize("a", [0.1, 0.3, 2.0])
+def test_kumaraswamy_warp_at_the_ends_of_the_interval(a):
+    """Inputs at 0 and 1 (min-max scaled data has both): w(0) = 0 and w(1) = 1 exactly,
+    finite gradients in a and b (NaN at 1 for a <= 0.3: 1 - u^a rounded to 0), and float32
+    agreeing with float64 (w(0) was 0.365 in float32 for a = 0.1, b = 2)."""
+    X = np.linspace(0.0, 1.0, 5)[:, None]
+    grads = {}
+    for dtype in (np.float32, np.float64):
+        with jax.enable_x64(dtype == np.float64):
+            k = kern.KumaraswamyWarp(kern.ExpSquared(0.5), a=dtype(a), b=dtype(2.0))
+            Xd = jnp.asarray(X, dtype)
+            w = np.asarray(k._map(Xd)).ravel()
+            assert w[0] == 0.0 and w[-1] == 1.0, w
+            want = 1.0 - (1.0 - X.ravel()[1:-1] ** a) ** 2.0
+            np.testing.assert_allclose(w[1:-1], want, rtol=1e-6 if dtype == np.float32 else 1e-14)
+            g = jax.grad(lambda k, x: jnp.sum(k(x)))(k, Xd)
+            grads[dtype] = np.array([g.a, g.b], np.float64)
+            assert np.all(np.isfinite(grads[dtype])), (dtype, grads[dtype])
+    np.testing.assert_allclose(grads[np.float32], grads[np.float64], rtol=1e-4)

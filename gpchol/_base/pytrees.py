@@ -117,6 +117,19 @@ def as_param(value: Any, dtype: Any) -> jax.Array:
     return jax.numpy.asarray(value).astype(dtype)
 
 
+def scalar_param(value: Any, dtype: Any, name: str) -> jax.Array:
+    """A parameter that is one number (shape ``()`` or ``(1,)``), as a 0-d array of the
+    computation's dtype; any other shape is a ``ValueError`` naming ``name`` (a vector
+    would broadcast against the columns of a block and give a wrong matrix)."""
+    p = as_param(value, dtype)
+    if p.shape not in ((), (1,)):
+        raise ValueError(
+            f"{name} must be a scalar (one number); got shape {tuple(p.shape)}. It is not "
+            "a per-dimension parameter."
+        )
+    return p.reshape(())
+
+
 def is_scalar(value: Any) -> bool:
     """True for a real number or a 0-d array (a bool is not a scalar parameter)."""
     if isinstance(value, bool):

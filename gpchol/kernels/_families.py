@@ -8,6 +8,7 @@ hyperparameters, registered as pytree leaves for them.
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import math
 import numbers
@@ -22,6 +23,7 @@ from gpchol.kernels._library import (
     Kernel,
     UnitVariance,
     as_param,
+    check_kernel,
     dimsum,
     normalize_active_dims,
     parameter,
@@ -209,7 +211,11 @@ class ChangePoints(Kernel):
                 "ChangePoints: kernels must be a sequence of at least two kernels (one more "
                 f"than the change points); got {kernels!r}"
             )
+        if isinstance(kernels, collections.abc.Iterator):  # a generator: read it once
+            kernels = tuple(kernels)
         if isinstance(kernels, (list, tuple)):
+            for k in kernels:
+                check_kernel("ChangePoints", k)
             if len(kernels) < 2:
                 raise ValueError(
                     "ChangePoints: kernels must be a sequence of at least two kernels (one "

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from gpchol.kernels._library import (
     Kernel,
     as_param,
+    check_kernel,
     normalize_active_dims,
     parameter,
     per_dim,
@@ -36,16 +37,6 @@ from gpchol.kernels._library import (
 )
 
 __all__ = ["InputScale", "KumaraswamyWarp", "LinearMap", "Subspace", "Warp"]
-
-
-def _check_kernel(owner: str, kernel: Any) -> None:
-    # a function where a kernel belongs is the likely mistake; other objects may be the
-    # leaves of a pytree of transforms, or of an unflattened tree, and are let through
-    if callable(kernel) and not isinstance(kernel, Kernel):
-        raise TypeError(
-            f"{owner}: kernel must be a gpchol kernel (gpchol.kernels.*; use "
-            f"gpchol.kernels.as_kernel for a function); got {type(kernel).__name__}"
-        )
 
 
 class _InputTransform(Kernel):
@@ -57,7 +48,7 @@ class _InputTransform(Kernel):
         raise NotImplementedError
 
     def __post_init__(self) -> None:
-        _check_kernel(type(self).__name__, self.kernel)
+        check_kernel(type(self).__name__, self.kernel)
 
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         return self.kernel._eval(self._map(x1), self._map(x2))
@@ -228,9 +219,10 @@ class KumaraswamyWarp(_InputTransform):
     A learnable monotone bijection of ``[0, 1]`` (``a = b = 1``: the identity) that
     stretches or compresses parts of the input range, for non-stationary functions
     (input warping of Snoek et al. 2014, with the Kumaraswamy CDF in place of the Beta
-    CDF, as BoTorch's ``Warp``). Scale the inputs to ``[0, 1]`` first; inputs are clipped
-    to ``[eps, 1 - eps]`` (``eps`` the dtype's machine epsilon) so the gradients stay
-    finite at the ends.
+    CDF, as BoTorch's ``Warp``). Scale the inputs to ``[0, 1]`` first; ``w(0) = 0`` and
+    ``w(1) = 1`` exactly (inputs outside are clipped to the ends), and inside, inputs are
+    kept in ``[tiny, 1 - eps]`` (the dtype's smallest normal number and machine epsilon)
+    so the gradients stay finite near the ends.
 
     Args:
         kernel: the kernel ``k`` on the warped inputs.
@@ -254,7 +246,19 @@ class KumaraswamyWarp(_InputTransform):
     def _map(self, x: jax.Array) -> jax.Array:
         a = per_dim(self.a, x, "a")
         b = per_dim(self.b, x, "b")
-        eps = jnp.finfo(x.dtype).eps
-        u = jnp.clip(x, eps, 1.0 - eps)
-        # 1 - (1 - u^a)^b, with log1p/expm1 for accuracy when u^a is small
-        return -jnp.expm1(b * jnp.log1p(-jnp.power(u, a)))
+        info = jnp.finfo(x.dtype)
+        u = jnp.clip(x, info.tiny, 1.0 - info.eps)
+        # 1 - (1 - u^a)^b = -expm1(b log(1 - e^t)) with t = a log u < 0; log(1 - e^t) as
+        # log1p(-e^t) where e^t is small and log(-expm1(t)) near 1, so that 1 - u^a is
+        # never rounded to 0 at u = 1 - eps (whose gradient in a and b was NaN) and w is
+        # ~0 at u ~ 0 for any a (clipping at eps gave w(0) = 0.05..0.37 for a = 0.1)
+        t = a * jnp.log(u)
+        near_one = t > -0.6931471805599453  # log(1/2)
+        log_rest = jnp.where(
+            near_one,
+            jnp.log(-jnp.expm1(jnp.where(near_one, t, -1.0))),
+            jnp.log1p(-jnp.exp(jnp.where(near_one, -1.0, t))),
+        )
+        w = -jnp.expm1(b * log_rest)
+        # the ends are fixed points for every a and b: exact, with zero derivatives there
+        return jnp.where(x <= 0.0, 0.0, jnp.where(x >= 1.0, 1.0, w)).astype(w.dtype)

@@ -57,7 +57,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gpchol._base.pytrees import as_param, is_scalar, pytree_dataclass, static_field
+from gpchol._base.pytrees import (
+    as_param,
+    is_scalar,
+    pytree_dataclass,
+    scalar_param,
+    static_field,
+)
 from gpchol._base.transforms import Positive, Transform
 from gpchol._base.validate import as_inputs, check_int, check_scalar_or_vector
 
@@ -206,7 +212,9 @@ def _scaled_sqdist(
     x1 = select_columns(x1, kernel.active_dims)
     x2 = select_columns(x2, kernel.active_dims)
     ls = per_dim(kernel.lengthscale, x1, "lengthscale")
-    if expanded_tangent:
+    # the expanded rule's rounding (eps u^2, see _sqdist_jvp) is negligible in float64
+    # only: in float32 it is of the order of a whole gradient entry
+    if expanded_tangent and jnp.finfo(jnp.result_type(x1, x2, ls)).bits >= 64:
         return _sqdist(x1, x2, ls)
     return dimsum(_scaled_sq_diff, x1, x2, ls)
 
@@ -232,9 +240,11 @@ def _sqdist_jvp(
     #                         - 2 sum_i u1_ik (G u2)_ik ].
     # Centring at the mean of x1's rows keeps u of the size of the inputs' spread, so
     # the expansion cancels no more than the differences do for inputs far from 0 (years).
-    # The rounding of the expanded terms is of order eps u^2: harmless times a derivative
-    # of the kernel in r^2 that stays bounded at r = 0 (ExpSquared, the Materns above
-    # 1/2, RationalQuadratic), which is why Matern12 does not use this rule.
+    # The rounding of the expanded terms is of order eps u^2, even where D = 0 (the
+    # diagonal, whose cotangent in a likelihood is about 1 / noise): harmless in float64
+    # times a derivative of the kernel in r^2 that stays bounded at r = 0 (ExpSquared, the
+    # Materns above 1/2, RationalQuadratic), which is why Matern12 does not use this rule
+    # and float32 never does (_scaled_sqdist). One lengthscale needs no expansion at all.
     x1, x2, ls = primals
     dx1, dx2, dls = tangents
     out = _sqdist(x1, x2, ls)
@@ -244,7 +254,10 @@ def _sqdist_jvp(
     u1 = (x1 - c) / lsv
     u2 = (x2 - c) / lsv
     terms = []
-    if not _is_zero(dls):
+    if not _is_zero(dls) and ls.size == 1:
+        # one lengthscale: r^2 = |x1 - x2|^2 / l^2, so d r^2 = -2 r^2 dl / l exactly
+        terms.append(-2.0 * out * (dls.reshape(()) / ls.reshape(())))
+    elif not _is_zero(dls):
         s = jnp.broadcast_to(dls.reshape(-1) if dls.ndim else dls, (d,)) / lsv
         rows = (u1 * u1) @ s
         cols = (u2 * u2) @ s
@@ -287,6 +300,19 @@ def _with_origin(r2: jax.Array, c: float, closed: Any) -> jax.Array:
     """
     zero = r2 <= 0
     return jnp.where(zero, 1.0 - c * r2, closed(jnp.where(zero, 1.0, r2)))
+
+
+def check_kernel(owner: str, kernel: Any) -> None:
+    """Refuses a function where a kernel belongs (a ``TypeError`` naming ``owner``).
+
+    Other objects pass: they may be the leaves of a pytree of transforms, or of an
+    unflattened tree.
+    """
+    if callable(kernel) and not isinstance(kernel, Kernel):
+        raise TypeError(
+            f"{owner}: kernel must be a gpchol kernel (gpchol.kernels.*; use "
+            f"gpchol.kernels.as_kernel for a function); got {type(kernel).__name__}"
+        )
 
 
 def _reject_array(value: Any) -> None:
@@ -855,7 +881,7 @@ class RationalQuadratic(_Stationary, auto_dataclass=False):
 
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         r2 = _scaled_sqdist(self, x1, x2)
-        alpha = as_param(self.alpha, r2.dtype)
+        alpha = scalar_param(self.alpha, r2.dtype, "RationalQuadratic alpha")
         return jnp.exp(-alpha * jnp.log1p(r2 / (2.0 * alpha)))
 
 
@@ -945,11 +971,11 @@ class Linear(ActiveDimsKernel, auto_dataclass=False):
 
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
         dot = dimsum(_prod, self._centered(x1), self._centered(x2))
-        return as_param(self.variance, dot.dtype) * dot
+        return scalar_param(self.variance, dot.dtype, "Linear variance") * dot
 
     def _diag(self, x: jax.Array) -> jax.Array:
         dot = rowsum(_prod, self._centered(x))
-        return as_param(self.variance, dot.dtype) * dot
+        return scalar_param(self.variance, dot.dtype, "Linear variance") * dot
 
 
 @pytree_dataclass
@@ -992,7 +1018,8 @@ class Polynomial(ActiveDimsKernel, auto_dataclass=False):
         super().__post_init__()
 
     def _of_dot(self, dot: jax.Array) -> jax.Array:
-        base = as_param(self.variance, dot.dtype) * dot + as_param(self.offset, dot.dtype)
+        variance = scalar_param(self.variance, dot.dtype, "Polynomial variance")
+        base = variance * dot + scalar_param(self.offset, dot.dtype, "Polynomial offset")
         return base**self.degree
 
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
@@ -1030,10 +1057,11 @@ class Constant(Kernel, auto_dataclass=False):
     _positive: ClassVar[tuple[str, ...]] = ("value",)
 
     def _eval(self, x1: jax.Array, x2: jax.Array) -> jax.Array:
-        return jnp.broadcast_to(as_param(self.value, x1.dtype), (x1.shape[0], x2.shape[0]))
+        c = scalar_param(self.value, x1.dtype, "Constant value")
+        return jnp.broadcast_to(c, (x1.shape[0], x2.shape[0]))
 
     def _diag(self, x: jax.Array) -> jax.Array:
-        return jnp.broadcast_to(as_param(self.value, x.dtype), x.shape[:1])
+        return jnp.broadcast_to(scalar_param(self.value, x.dtype, "Constant value"), x.shape[:1])
 
 
 @pytree_dataclass
@@ -1092,11 +1120,12 @@ class White(ActiveDimsKernel, auto_dataclass=False):
             same = a[:, None, 0] == b[None, :, 0]
             for k in range(1, d):
                 same = same & (a[:, None, k] == b[None, :, k])
-        return jnp.where(same, as_param(self.variance, a.dtype), jnp.zeros((), a.dtype))
+        variance = scalar_param(self.variance, a.dtype, "White variance")
+        return jnp.where(same, variance, jnp.zeros((), a.dtype))
 
     def _diag(self, x: jax.Array) -> jax.Array:
         select_columns(x, self.active_dims)
-        return jnp.broadcast_to(as_param(self.variance, x.dtype), x.shape[:1])
+        return jnp.broadcast_to(scalar_param(self.variance, x.dtype, "White variance"), x.shape[:1])
 
 
 # -------------------------------------------------------------------- combinations
@@ -1108,6 +1137,10 @@ class _Pair(Kernel, auto_dataclass=False):
 
     kernel1: Kernel
     kernel2: Kernel
+
+    def __post_init__(self) -> None:
+        check_kernel(type(self).__name__, self.kernel1)
+        check_kernel(type(self).__name__, self.kernel2)
 
     @staticmethod
     def _op(a: Any, b: Any) -> Any:  # pragma: no cover - abstract
@@ -1124,6 +1157,9 @@ class _OfOne(Kernel, auto_dataclass=False):
     """A function ``_apply`` of one kernel's entries (:class:`Scale`, :class:`Power`)."""
 
     kernel: Kernel  # a dataclass field of each subclass
+
+    def __post_init__(self) -> None:
+        check_kernel(type(self).__name__, self.kernel)
 
     def _apply(self, k: jax.Array) -> jax.Array:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -1206,7 +1242,7 @@ class Scale(_OfOne, auto_dataclass=False):
     _positive: ClassVar[tuple[str, ...]] = ("amplitude",)
 
     def _apply(self, k: jax.Array) -> jax.Array:
-        return as_param(self.amplitude, k.dtype) * k
+        return scalar_param(self.amplitude, k.dtype, "Scale amplitude") * k
 
 
 @pytree_dataclass
@@ -1244,6 +1280,7 @@ class Power(_OfOne, auto_dataclass=False):
     exponent: Any = static_field(1)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         p = self.exponent
         if isinstance(p, bool) or not isinstance(p, numbers.Real):
             if isinstance(p, (np.ndarray, np.generic, jax.Array)) and np.ndim(p) == 0:
@@ -1261,4 +1298,11 @@ class Power(_OfOne, auto_dataclass=False):
         object.__setattr__(self, "exponent", p)
 
     def _apply(self, k: jax.Array) -> jax.Array:
-        return k**self.exponent
+        if isinstance(self.exponent, int):
+            return k**self.exponent
+        # k^p for a non-integer p: where k underflowed to 0 (far-apart points) the chain
+        # rule would give p 0^(p-1) * 0 = inf * 0 = NaN for p < 1; the value there is 0
+        # and so is its derivative along the base kernel's (zero) derivative. A negative
+        # k stays NaN, as k^p.
+        zero = k == 0
+        return jnp.where(zero, jnp.zeros((), k.dtype), jnp.where(zero, 1.0, k) ** self.exponent)
