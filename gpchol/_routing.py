@@ -57,7 +57,7 @@ def maybe_sharded_cholesky(
     if T is not None:
         Pr = max(s.mesh.shape[x] for x in flat)
         T = max(1, min(int(T), n // Pr))
-    return potrf(a, T, s.mesh, donate=False, return_status=True)
+    return potrf(a, T, s.mesh, donate=False, return_status=True, symmetrize_input=True)
 
 
 def cholesky_with_status(

@@ -154,9 +154,14 @@ def default_spec(mesh: AnyMesh) -> P:
 def _resolve(a: object, mesh: AnyMesh | None, spec: P | None = None) -> tuple[AnyMesh, P]:
     """``(mesh, spec)`` from the array's sharding, or the given mesh (and spec)."""
     s = _sharding_of(a)
+    # an input replicated over its mesh (P(): the default of arrays made under
+    # jax.set_mesh) is distributed with the default spec, not factored whole on every device
+    distributed = s is not None and any(x is not None for x in s.spec)
     if mesh is None:
         if s is not None:
-            return s.mesh, s.spec if spec is None else spec
+            if spec is None:
+                spec = s.spec if distributed else default_spec(s.mesh)
+            return s.mesh, spec
         mesh = jax.sharding.get_abstract_mesh()
         if not mesh.axis_names:
             raise ValueError(
@@ -165,7 +170,7 @@ def _resolve(a: object, mesh: AnyMesh | None, spec: P | None = None) -> tuple[An
                 "input with jax.device_put(a, NamedSharding(mesh, P('r', 'c')))."
             )
     if spec is None:
-        if s is not None and tuple(s.mesh.axis_names) == tuple(mesh.axis_names):
+        if s is not None and distributed and tuple(s.mesh.axis_names) == tuple(mesh.axis_names):
             spec = s.spec
         else:
             spec = default_spec(mesh)
@@ -240,13 +245,16 @@ def _norm_spec(spec: P | tuple[Any, ...]) -> P:
 
 
 def _potrf_traced(
-    a: jax.Array, T_A: int | None, mesh: AnyMesh, spec: P
+    a: jax.Array, T_A: int | None, mesh: AnyMesh, spec: P, symmetrize: bool = False
 ) -> tuple[jax.Array, jax.Array]:
     n = a.shape[0]
     spec = _norm_spec(spec)
     r, c = axes_of(spec, mesh)
     grid, pad = _setup(n, T_A, mesh, r, c)
-    a = _sym_tangent(place_traced(a, mesh, spec), mesh, spec)
+    a = place_traced(a, mesh, spec)
+    if symmetrize:  # (A + A^T) / 2, the transpose laid out as A
+        a = 0.5 * (a + _constrain(a.T, mesh, spec))
+    a = _sym_tangent(a, mesh, spec)
     body = functools.partial(_core.potrf_block, grid, pad)
     return _smap(body, mesh, (spec,), (spec, P()))(a)
 
@@ -283,11 +291,13 @@ def potrf_jit_ctx(
 
 
 @functools.lru_cache(maxsize=64)
-def _potrf_jitted(mesh: AnyMesh, spec: P, T_A: int | None, donate: bool) -> Callable[..., Any]:
+def _potrf_jitted(
+    mesh: AnyMesh, spec: P, T_A: int | None, donate: bool, symmetrize: bool = False
+) -> Callable[..., Any]:
     """The jitted factorization for one static configuration (cached: one compile each)."""
 
     def f(a: jax.Array) -> tuple[jax.Array, jax.Array]:
-        return _potrf_traced(a, T_A, mesh, spec)
+        return _potrf_traced(a, T_A, mesh, spec, symmetrize)
 
     if not donate or not isinstance(mesh, Mesh):
         # the layout comes from the constraint and shard_map inside; no out_shardings, so
@@ -317,6 +327,7 @@ def potrf(
     *,
     donate: bool = True,
     return_status: Literal[False] = False,
+    symmetrize_input: bool = False,
 ) -> jax.Array: ...
 
 
@@ -328,6 +339,7 @@ def potrf(
     *,
     donate: bool = True,
     return_status: Literal[True],
+    symmetrize_input: bool = False,
 ) -> tuple[jax.Array, jax.Array]: ...
 
 
@@ -338,6 +350,7 @@ def potrf(
     *,
     donate: bool = True,
     return_status: bool = False,
+    symmetrize_input: bool = False,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     r"""Sharded, differentiable Cholesky factor ``L`` (lower) of ``a = L L^T``.
 
@@ -359,6 +372,8 @@ def potrf(
         mesh: the mesh (default: ``a``'s).
         donate: donate ``a``'s buffer to the factor (``a`` is deleted afterwards).
         return_status: also return the status.
+        symmetrize_input: factor ``(a + a^T) / 2`` (as :func:`gpchol.cholesky` does)
+            instead of reading the lower triangle; one more sharded pass over ``a``.
 
     Returns:
         ``L`` with ``a``'s sharding, or ``(L, status)``; status is 0 on success, else the
@@ -380,12 +395,13 @@ def potrf(
     spec = _norm_spec(spec)
     axes_of(spec, mesh)
     _setup(a.shape[0], T_A, mesh, *axes_of(spec, mesh))
+    sym = bool(symmetrize_input)
     if isinstance(a, jax.core.Tracer):
         # a traced input is placed by a sharding constraint inside and not donated
-        L, status = _potrf_jitted(mesh, spec, T_A, False)(a)
+        L, status = _potrf_jitted(mesh, spec, T_A, False, sym)(a)
     else:
         a = _place(a, mesh, spec)
-        L, status = _potrf_jitted(mesh, spec, T_A, bool(donate))(a)
+        L, status = _potrf_jitted(mesh, spec, T_A, bool(donate), sym)(a)
     return (L, status) if return_status else L
 
 
@@ -589,6 +605,7 @@ def logdet_jit_ctx(
     """
     L = _matrix(L, "L")
     mesh, spec = _resolve(L, mesh, spec)
+    _setup(L.shape[0], None, mesh, *axes_of(_norm_spec(spec), mesh))  # n fits the mesh
     return _logdet_traced(L, mesh, spec)
 
 
@@ -611,6 +628,7 @@ def logdet(L: jax.Array, mesh: AnyMesh | None = None) -> jax.Array:
     """
     L = _matrix(L, "L")
     mesh, spec = _resolve(L, mesh)
+    _setup(L.shape[0], None, mesh, *axes_of(_norm_spec(spec), mesh))  # n fits the mesh
     if not isinstance(L, jax.core.Tracer):
         L = _place(L, mesh, _norm_spec(spec))
     return _logdet_cached(mesh, _norm_spec(spec))(L)

@@ -7,8 +7,10 @@ so that forward mode runs the tiled tangent map and reverse mode Murray's blocke
 both on the same sharded tiles with the same broadcasts; the only residual is ``L``.
 The core reads the lower triangle of its input (and of its tangent); its cotangent is the
 exact transpose of that (``Abar`` with Murray's convention). Second-order derivatives are
-not supported on this path (``matvec`` is a NaN placeholder so that they cannot be
-silently wrong).
+not supported on this path: ``matvec`` is a placeholder that reads ``L`` through
+:func:`_first_order_only`, whose derivative raises, so that a Hessian or the derivative
+of a gradient is a clear error rather than a wrong number (``custom_linear_solve``
+differentiates only ``matvec``'s dependence on the outer variables).
 """
 
 from __future__ import annotations
@@ -24,6 +26,37 @@ from jax import lax
 from gpchol.distributed import _layout, _local
 from gpchol.distributed._local import Grid
 
+SECOND_ORDER = (
+    "second-order derivatives (a Hessian, or the derivative of a gradient or of a JVP) of "
+    "the sharded Cholesky factor and solve are not implemented: differentiate once, or "
+    "use the one-device functions (gpchol.cholesky, gpchol.cho_solve) on an unsharded "
+    "matrix"
+)
+
+
+@jax.custom_jvp
+def _first_order_only(x: jax.Array) -> jax.Array:
+    """Identity whose derivative raises :data:`SECOND_ORDER` (traced only when a
+    first-order rule below is itself differentiated)."""
+    return x
+
+
+@_first_order_only.defjvp
+def _first_order_only_jvp(primals: Any, tangents: Any) -> Any:
+    raise NotImplementedError(SECOND_ORDER)
+
+
+def _placeholder(L: jax.Array) -> Any:
+    """The ``matvec`` of a first-order rule's ``custom_linear_solve``: never evaluated to
+    a value that matters (NaN), but dependent on ``L`` so that differentiating the rule
+    reaches :func:`_first_order_only`."""
+    poison = jnp.nan * jnp.sum(_first_order_only(L)[..., :1, :1])
+
+    def matvec(x: jax.Array) -> jax.Array:
+        return x * poison.astype(x.dtype)
+
+    return matvec
+
 
 @partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _chol_cyclic(grid: Grid, w: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -37,9 +70,7 @@ def _chol_cyclic_jvp(
     (w,), (w_dot,) = primals, tangents
     L, status = _chol_cyclic(grid, w)
 
-    # second-order derivatives are not supported on the sharded path
-    def matvec(x: jax.Array) -> jax.Array:
-        return x * jnp.asarray(jnp.nan, x.dtype)
+    matvec = _placeholder(L)  # second-order derivatives raise
 
     def solve(_: object, b: jax.Array) -> jax.Array:
         return _local.tangent_local(grid, L, b)
@@ -118,9 +149,7 @@ def _potrs_block_jvp(
         grid, pad, L, _block_matvec(grid, pad, dL, x, trans=True)
     )
 
-    # second-order derivatives are not supported on the sharded path
-    def matvec(v: jax.Array) -> jax.Array:
-        return v * jnp.asarray(jnp.nan, v.dtype)
+    matvec = _placeholder(L)  # second-order derivatives raise
 
     def solve(_: object, r: jax.Array) -> jax.Array:
         return _solve(grid, pad, L, r)

@@ -22,7 +22,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
-from gpchol._base.validate import check_int, check_scalar_or_vector
+from gpchol._base.validate import check_finite_rows, check_int, check_scalar_or_vector
 from gpchol._linalg.gaussian import LOG_2PI
 from gpchol.distributed import _api, _local
 
@@ -296,6 +296,8 @@ def prepare(
     y = jnp.asarray(y, X.dtype)
     if y.shape != (n,):
         raise ValueError(f"y must have shape ({n},) to match X; got {tuple(y.shape)}.")
+    check_finite_rows(X, "X", "drop or impute those rows first")
+    check_finite_rows(y[:, None], "y", "drop or impute those points first")
     r, c = axes if axes is not None else tuple(_api.default_spec(mesh))
     _api.axes_of(P(r, c), mesh)
     Pr = mesh.shape[r] if r else 1
@@ -306,6 +308,12 @@ def prepare(
         # run time (benchmarks/results/design-measurements.md)
         T_A = _api.default_tile(n, Pr, Pc, tiles=16)
     T_A = check_int(T_A, "T_A", "tile size", strict=False)
+    most = -(-n // Lc)  # larger tiles only add padding (lcm(Pr, Pc) tiles at the least)
+    if T_A > most:
+        raise ValueError(
+            f"T_A = {T_A} is larger than n / lcm(Pr, Pc) = {n} / {Lc} on a {Pr}x{Pc} grid: "
+            f"the grid would be mostly padding; use T_A <= {most} (or leave it None)."
+        )
     tiles = -(-n // T_A)
     nt = -(-tiles // Lc) * Lc
     grid = _local.Grid(Pr, Pc, nt, T_A, r, c)
