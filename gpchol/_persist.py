@@ -76,7 +76,14 @@ import gpchol._fit as fit_module
 import gpchol._gp as gp_module
 from gpchol import kernels, means
 from gpchol._base.io import sha256_bytes
-from gpchol._base.store import FileKind, commit, named_arrays, versions, write_arrays
+from gpchol._base.store import (
+    FileKind,
+    commit,
+    named_arrays,
+    remove_files,
+    versions,
+    write_arrays,
+)
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "SaveFileError", "load", "save", "versions"]
 
@@ -411,9 +418,11 @@ def save(obj: Any, path: str | os.PathLike[str]) -> None:
     }
     previous = named_arrays(path, "arrays", "file")
     written = None
+    created = False
     if writer.arrays:
+        existing = _arrays_on_disk(path)
         f = write_arrays(path, writer.arrays)
-        written = f.name
+        written, created = f.name, f.name not in existing
         doc["arrays"] = {
             "file": f.name,
             "bytes": f.size,
@@ -421,7 +430,26 @@ def save(obj: Any, path: str | os.PathLike[str]) -> None:
             "entries": writer.entries,
         }
     doc["sha256"] = sha256_bytes(_canonical(doc))
-    commit(path, json.dumps(doc, indent=1, allow_nan=False) + "\n", keep=written, remove=[previous])
+    text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
+    try:
+        commit(path, text, keep=written, remove=[previous])
+    except BaseException:
+        # the JSON was not replaced: the arrays file this save created is named by no file
+        # (one that was there before, e.g. of an equal earlier save, stays)
+        if created and named_arrays(path, "arrays", "file") != written:
+            remove_files(path, [written], keep=None)
+        raise
+
+
+def _arrays_on_disk(path: str) -> set[str]:
+    """The names in ``path``'s directory that an arrays file of ``path`` could have."""
+    directory = os.path.dirname(os.path.abspath(path))
+    stem = os.path.basename(path[: -len(".json")] if path.endswith(".json") else path)
+    try:
+        names = os.listdir(directory)
+    except OSError:  # no directory yet (write_arrays creates it)
+        return set()
+    return {n for n in names if n.startswith(stem + ".") and n.endswith(".npz")}
 
 
 # ---------------------------------------------------------------------------- reading

@@ -295,3 +295,90 @@ def test_python_dash_m_gpchol_is_the_command(tmp_path: pathlib.Path) -> None:
         check=True,
     ).stdout
     assert out.startswith("usage: gpchol") and "predict" in out
+
+
+# ------------------------------------------------------------- the order of the outputs
+
+
+def _sine_csv(d: pathlib.Path, scale: float = 1.0) -> None:
+    x = np.linspace(0.0, 6.0, 20)
+    rows = "".join(f"{float(a)!r},{float(scale * np.sin(a))!r}\n" for a in x)
+    (d / "d.csv").write_text("x,y\n" + rows)
+
+
+def test_failed_plot_is_a_warning_after_the_model_is_saved(
+    in_tmp: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # e.g. data of 1.5e308 * sin(x): the plot's arithmetic overflows ("Singular matrix")
+    from gpchol.cli import plotting
+
+    def overflow(*args: object, **kwargs: object) -> None:
+        raise np.linalg.LinAlgError("Singular matrix")
+
+    monkeypatch.setattr(plotting, "plot_fit", overflow)
+    _sine_csv(in_tmp)
+    fit = ["fit", "--csv", "d.csv", "--x", "x", "--y", "y", "--steps", "3", "--quiet"]
+    rc, out, err = cli(capsys, *fit, "--out", "m.json")
+    assert rc in (0, 1), err  # as the fit ended (1: not converged in 3 steps)
+    assert "Traceback" not in err
+    warning = [ln for ln in err.splitlines() if ln.startswith("gpchol: warning:")]
+    assert len(warning) == 1 and "m.png" in warning[0] and "Singular matrix" in warning[0], err
+    assert "gpchol: error" not in err
+    assert "wrote m.json" in out
+    assert load(in_tmp / "m.json")["data"]["n"] == 20  # the fitted model is kept
+    assert not (in_tmp / "m.png").exists() and no_temp_files(in_tmp)
+
+
+@pytest.fixture
+def _sigint_raises() -> object:
+    """SIGINT raising KeyboardInterrupt, as in a terminal (a test run in the background
+    of a non-interactive shell inherits it ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_resumed_fit_times_only_the_steps_it_ran(
+    in_tmp: pathlib.Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    _sigint_raises: object,
+) -> None:
+    from gpchol.cli import commands
+
+    _sine_csv(in_tmp)
+    fit = ["fit", "--csv", "d.csv", "--x", "x", "--y", "y", "--no-plot", "--quiet"]
+    fit += ["--optimizer", "adam", "--steps", "8", "--tol", "0", "--checkpoint", "ck"]
+    real_fit = commands.gpchol.fit
+
+    def interrupted_at_step_3(*args: object, **kwargs: object) -> object:
+        def send(step: int, params: object, loss: float) -> None:
+            if step == 3:
+                os.kill(os.getpid(), signal.SIGINT)
+
+        return real_fit(*args, callback=send, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(commands.gpchol, "fit", interrupted_at_step_3)
+    rc, _, err = cli(capsys, *fit)
+    assert rc == 130, err
+    assert json.loads((in_tmp / "ck.json").read_text())["state"]["step"] == 3
+    monkeypatch.setattr(commands.gpchol, "fit", real_fit)
+
+    class Clock:  # 10 s of steps: 2000 ms for each of the 5 steps run here
+        seconds, wall = 1.0, 11.0
+
+        def __enter__(self) -> Clock:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    monkeypatch.setattr(commands, "CompileClock", Clock)
+    rc, out, err = cli(capsys, *fit, "--resume")
+    assert rc == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("log marginal likelihood"))
+    assert "2000.0 ms/step" in line, line  # not 10 s / 8 = 1250.0 ms
+    assert "(8 steps, 5 of them here after resuming at step 3;" in line, line
+    info = load(in_tmp / "gpchol-fit.json")["fit"]
+    assert info["n_steps"] == 8 and info["step_seconds"] == 10.0
+    assert info["steps_run"] == 5 and info["resumed_at_step"] == 3

@@ -497,3 +497,144 @@ def test_interrupt_watch_ends_a_stuck_process_after_the_grace_period(
         assert exits == [130]
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# -------------------------------------------------------------- outputs that collide
+
+
+def _saved_model(path: pathlib.Path) -> None:
+    """A model file at ``path`` in gpchol.save's format (JSON + ``<stem>.<hash>.npz``)."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 5, (12, 1))
+    model = Model.standardized(ModelSpec.parse("rbf+white", 1), X, np.sin(X[:, 0]), ["a"], "b")
+    result = types.SimpleNamespace(n_steps=0, converged=False, success=True, message="none")
+    model.save(str(path), model.spec.init_params(), -1.0, result, {"optimizer": "lbfgs"})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "args, earlier, words",
+    [
+        # --out run saves run.<hash>.npz, which a checkpoint at run sweeps on resume
+        (["--out", "run", "--checkpoint", "run"], None, ["--out run", "--checkpoint run"]),
+        (["--out", "sub/run", "--checkpoint", "sub/run.npz"], None, ["--out", "--checkpoint"]),
+        # --out m.npz: gpchol.save refuses it, which used to come after the fit
+        (["--out", "m.npz"], None, ["--out m.npz", ".json"]),
+        # a model file of an earlier fit as the checkpoint: overwritten, its arrays deleted
+        (["--checkpoint", "co2"], "co2.json", ["--checkpoint co2", "co2.json", "model file"]),
+        (["--checkpoint", "co2", "--resume"], "co2.json", ["--checkpoint co2", "not a gpchol"]),
+        # a model file saved without .json: its arrays are named as the checkpoint's
+        (["--out", "other.json", "--checkpoint", "run"], "run", ["--checkpoint run", "model file"]),
+    ],
+    ids=["same-stem", "same-stem-npz", "out-npz", "model-as-ck", "model-as-ck-resume", "stem-file"],
+)
+def test_fit_outputs_that_collide_are_refused_before_the_fit(
+    d: pathlib.Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    earlier: str | None,
+    words: list[str],
+) -> None:
+    if earlier is not None:
+        _saved_model(d / earlier)
+    before = {p: (d / p).read_bytes() for p in os.listdir(d) if (d / p).is_file()}
+    called: list[str] = []
+    monkeypatch.setattr(commands, "announce_cost", lambda *a, **k: called.append("estimate"))
+    monkeypatch.setattr(commands.gpchol, "fit", lambda *a, **k: called.append("fit"))
+    rc, out, err = run_cli(capsys, "fit", *CSV, "--no-plot", *args)
+    assert rc == 2, err
+    assert_one_line(err, *words)
+    assert not called and "gpchol fit:" not in out
+    after = {p: (d / p).read_bytes() for p in os.listdir(d) if (d / p).is_file()}
+    assert after == before  # the earlier model's files are untouched
+
+
+def test_checkpoint_manifests_are_not_refused_up_front(
+    d: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an existing checkpoint manifest (of any fit: the fit itself checks whose) and a
+    # damaged one are not refused up front
+    called: list[str] = []
+    monkeypatch.setattr(commands, "announce_cost", lambda *a, **k: None)
+    monkeypatch.setattr(commands.gpchol, "fit", lambda *a, **k: called.append("fit") or 1 / 0)
+    (d / "ck.json").write_text(json.dumps({"format": "gpchol fit checkpoint", "version": 2}))
+    (d / "old.json").write_text(json.dumps({"npz_sha256": "0" * 64}))  # the first format
+    (d / "bad.json").write_text('{"format": "gpchol fit chec')
+    for ck in ("ck", "old", "bad"):
+        run_cli(capsys, "fit", *CSV, "--no-plot", "--checkpoint", ck, "--resume")
+    assert called == ["fit"] * 3
+
+
+# ------------------------------------------------------------------ CSV line numbers
+
+
+@pytest.mark.parametrize(
+    "text, args, words",
+    [
+        ("x,y\n1,2\n\n\n3,4\n5,abc\n", [], ["data row 3 (line 6)"]),
+        ("\nx,y\n1,2\n\n3,4\n\n5,abc\n", [], ["data row 3 (line 7)"]),
+        ('x,y\n1,"2"\n"3\n",4\n\n5,abc\n', [], ["data row 3 (line 6)"]),  # a quoted line break
+        ("x,y,g\n1,2,a\n\n2,3,a\n\n3,4,\n", ["--group", "g"], ["data row 3 (line 6)"]),
+    ],
+    ids=["blank-lines", "blank-first", "quoted-newline", "group-cell"],
+)
+def test_csv_errors_name_the_file_line_past_blank_lines(
+    d: pathlib.Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    text: str,
+    args: list[str],
+    words: list[str],
+) -> None:
+    (d / "blank.csv").write_text(text)
+    monkeypatch.setattr(group, "fit_batched", lambda *a, **k: 1 / 0)
+    rc, _, err = run_cli(capsys, "fit", "--csv", "blank.csv", "--x", "x", "--y", "y", *args)
+    assert rc == 2, err
+    assert_one_line(err, *words)
+
+
+# ------------------------------------------------------------------ checkpoint errors
+
+
+def test_checkpoint_errors_name_the_command_lines_remedy(
+    d: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a damaged manifest, resumed by the real fit: the library's remedy is resume=False
+    (d / "ck.json").write_text('{"format": "gpchol fit chec')
+    rc, _, err = run_cli(
+        capsys, "fit", *CSV, "--no-plot", "--quiet", "--checkpoint", "ck", "--resume"
+    )
+    assert rc == 2, err
+    line = assert_one_line(err, "ck.json", "is damaged", "run without --resume")
+    assert "resume=False" not in line
+    # the same from the fit of one GP per group
+    from gpchol import CheckpointError
+
+    def refuse(*a: Any, **k: Any) -> None:
+        raise CheckpointError(
+            "ck.json",
+            "was written by a different fit. Delete it, use "
+            "another checkpoint path, or pass resume=False.",
+        )
+
+    monkeypatch.setattr(group, "fit_batched", refuse)
+    (d / "g.csv").write_text("a,b,g\n" + "".join(f"{i},{i * i},{i % 2}\n" for i in range(8)))
+    rc, _, err = run_cli(
+        capsys,
+        "fit",
+        "--csv",
+        "g.csv",
+        "--x",
+        "a",
+        "--y",
+        "b",
+        "--group",
+        "g",
+        "--no-plot",
+        "--checkpoint",
+        "ck",
+        "--resume",
+    )
+    assert rc == 2, err
+    line = assert_one_line(err, "different fit", "or run without --resume")
+    assert "resume=False" not in line

@@ -8,9 +8,11 @@ shape, weak type and bytes (so NaN payloads and -0.0 count too).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import pathlib
+import stat
 import sys
 from typing import Any
 
@@ -310,6 +312,81 @@ def test_failed_save_keeps_the_previous_files(
     assert {n: (tmp_path / n).read_bytes() for n in before} == before  # the old pair stands
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]
     assert_bit_equal(load(path), old)
+
+
+def _no_space_on_the_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills up while a save writes its JSON: the arrays file lands, then the
+    JSON's data is refused (``ENOSPC`` from the write's ``fsync``)."""
+    real_fsync = os.fsync
+    files: list[int] = []
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISREG(os.fstat(fd).st_mode):  # not a directory's flush
+            files.append(fd)
+            if len(files) > 1:  # the first file is the arrays file, the second the JSON
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    monkeypatch.setattr(io_mod.os, "fsync", fsync)
+
+
+def test_failed_write_names_the_file(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "sub" / "m.json"
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(io_mod.os, "fsync", full)
+    with pytest.raises(OSError) as info:
+        io_mod.write_bytes_atomic(path, b"{}")
+    monkeypatch.undo()
+    e = info.value
+    assert e.errno == errno.ENOSPC and e.filename == str(path)
+    assert str(path) in str(e) and "No space left" in str(e)
+    assert os.listdir(tmp_path / "sub") == []  # no temporary file left
+
+    def denied(**kwargs: Any) -> tuple[int, str]:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(io_mod.tempfile, "mkstemp", denied)
+    with pytest.raises(PermissionError) as info:  # the errno keeps its subclass
+        io_mod.write_bytes_atomic(path, b"{}")
+    monkeypatch.undo()
+    assert info.value.filename == str(path)
+
+
+def test_failed_json_write_removes_the_arrays_file_it_created(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "m.json"
+    _no_space_on_the_json(monkeypatch)
+    with pytest.raises(OSError) as info:
+        save(kernels.ExpSquared(jnp.asarray([1.0, 2.0])), path)
+    monkeypatch.undo()
+    assert info.value.errno == errno.ENOSPC and str(path) in str(info.value)
+    assert os.listdir(tmp_path) == []  # no orphan m.<hash>.npz, no temporary file
+
+    # an arrays file that was there before the save stays: the one the JSON names ...
+    old = kernels.ExpSquared(jnp.asarray([3.0, 4.0]))
+    save(old, path)
+    before = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)}
+    _no_space_on_the_json(monkeypatch)
+    with pytest.raises(OSError):
+        save(old, path)  # the same arrays: the same file name
+    monkeypatch.undo()
+    assert {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)} == before
+    assert_bit_equal(load(path), old)
+    # ... and one of another manifest of the same stem (saved without .json)
+    save(old, tmp_path / "m")
+    os.unlink(path)
+    _no_space_on_the_json(monkeypatch)
+    with pytest.raises(OSError):
+        save(old, path)
+    monkeypatch.undo()
+    assert not path.exists()
+    assert_bit_equal(load(tmp_path / "m"), old)
 
 
 def _fit_result_file(tmp_path: pathlib.Path) -> tuple[pathlib.Path, dict[str, Any]]:

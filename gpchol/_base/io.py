@@ -113,6 +113,11 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         path: destination file; its directory is created when missing.
         data: the bytes to write.
 
+    Raises:
+        OSError: the file cannot be written (no space, no permission, ...): its
+            ``filename`` is ``path`` and its ``errno`` the failure's, so its message
+            names the file.
+
     Example:
         >>> import os, tempfile
         >>> from gpchol._base.io import write_bytes_atomic
@@ -135,14 +140,23 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         os.replace(tmp, path)
         tmp = None
         fsync_dir(directory)
-    except BaseException:
-        if tmp is None:
-            raise
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    except BaseException as e:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        if isinstance(e, OSError) and e.filename != os.fspath(path):
+            raise _naming(e, os.fspath(path)) from e
         raise
+
+
+def _naming(e: OSError, path: str) -> OSError:
+    """``e`` as an error of writing ``path`` (the file the caller named, not a temporary
+    one): the same ``errno`` (and so the same subclass), ``path`` as its file name."""
+    if e.errno is None:
+        return OSError(f"cannot write {path}: {e}")
+    return OSError(e.errno, e.strerror or str(e), path)
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -27,12 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 
 import gpchol
-from gpchol import FitResult
+from gpchol import CheckpointError, FitResult
 from gpchol._cuda.ffi import cuda_unavailable_reason
 from gpchol.cli.cache import CompileClock
 from gpchol.cli.csvio import format_predictions, read_csv
-from gpchol.cli.errors import CLIError
-from gpchol.cli.files import check_fit_outputs, check_output, write_file
+from gpchol.cli.errors import CLIError, checkpoint_message, one_line
+from gpchol.cli.files import check_fit_outputs, check_output, resumed_steps, write_file
 from gpchol.cli.model import Model, read_models
 from gpchol.cli.parsing import fit_options, model_columns
 from gpchol.cli.resources import (
@@ -217,6 +217,8 @@ def _fit_model(
             transforms=model.spec.transforms(),
             **fit_options(args),
         )
+    except CheckpointError as e:
+        raise CLIError(checkpoint_message(e)) from None
     except ValueError as e:
         raise CLIError(str(e)) from None
     # the likelihood of the raw data: p(y) = p(z) / y_scale^n for z = (y - shift) / scale
@@ -299,23 +301,22 @@ def run_fit(args: argparse.Namespace) -> int:
         evals=f"{per_step}, up to {args.steps} steps",
         override=args.no_memory_check,
     )
+    before = resumed_steps(args.checkpoint) if args.resume else None
     with CompileClock() as clock:
         result, params, lml = _fit_model(model, args, dtype)
     print(f"{result.message}")
     compiling = clock.seconds
     stepping = max(clock.wall - compiling, 0.0)
-    per_step = f", {1e3 * stepping / result.n_steps:.1f} ms/step" if result.n_steps else ""
+    # the steps this process ran (a resumed fit's result counts those before it too)
+    ran = result.n_steps if before is None else max(result.n_steps - before, 0)
+    per_step = f", {1e3 * stepping / ran:.1f} ms/step" if ran else ""
+    resumed = "" if before is None else f", {ran} of them here after resuming at step {before}"
     print(
-        f"log marginal likelihood: {lml:.4f}  ({result.n_steps} steps; compile "
+        f"log marginal likelihood: {lml:.4f}  ({result.n_steps} steps{resumed}; compile "
         f"{compiling:.1f} s, steps {stepping:.1f} s{per_step})"
     )
     _print_params(model, params)
-    if png is not None:
-        from gpchol.cli.plotting import plot_fit
-
-        unit = " years" if model.spec.spec == "co2" else ""
-        plot_fit(model, params, dtype, png, extrapolate, unit)
-    info = {
+    info: dict[str, Any] = {
         "optimizer": args.optimizer,
         "steps": args.steps,
         "dtype": np.dtype(dtype).name,
@@ -323,10 +324,27 @@ def run_fit(args: argparse.Namespace) -> int:
         "seconds": round(time.perf_counter() - t_start, 2),
         "compile_seconds": round(compiling, 2),
         "step_seconds": round(stepping, 2),
+        "steps_run": ran,  # the steps the seconds above timed (this process's)
     }
+    if before is not None:
+        info["resumed_at_step"] = before
     model.save(out, params, lml, result, info)  # gpchol.save: JSON + NPZ, atomic
-    print(f"wrote {out}" + ("" if png is None else f" and {png}"))
-    print(f"total time {info['seconds']:.1f} s")
+    print(f"wrote {out}")
+    if png is not None:  # after the model is saved: a failed plot loses nothing
+        from gpchol.cli.plotting import plot_fit
+
+        unit = " years" if model.spec.spec == "co2" else ""
+        try:
+            plot_fit(model, params, dtype, png, extrapolate, unit)
+        except Exception as e:
+            print(
+                f"gpchol: warning: the plot {png} could not be drawn ({type(e).__name__}: "
+                f"{one_line(e)}); the model {out} is written",
+                file=sys.stderr,
+            )
+        else:
+            print(f"wrote {png}")
+    print(f"total time {time.perf_counter() - t_start:.1f} s")
     return 0 if result.success else 1
 
 

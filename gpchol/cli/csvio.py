@@ -21,7 +21,7 @@ import numpy as np
 
 from gpchol.cli.errors import CLIError
 
-__all__ = ["MISSING", "format_predictions", "read_csv"]
+__all__ = ["MISSING", "format_predictions", "read_csv", "read_rows"]
 
 MISSING = frozenset({"", "na", "nan", "n/a", "null", "none"})
 """Cells read as missing values (case-insensitive)."""
@@ -58,11 +58,9 @@ def read_csv(
     if os.path.isdir(path):
         raise CLIError(f"{path} is a directory, not a CSV file")
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = list(csv.reader(f))
+        lines, rows = read_rows(path)
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise CLIError(f"cannot read {path} as CSV: {e}") from None
-    rows = [r for r in rows if any(c.strip() for c in r)]
     if not rows:
         raise CLIError(f"{path} is empty (a header row with column names is needed)")
     header = [h.strip() for h in rows[0]]
@@ -82,7 +80,7 @@ def read_csv(
                 f"column {c!r} appears {len(where)} times in the header of {path} (columns "
                 f"{', '.join(map(str, where))}); rename the copies so that each name is unique"
             )
-    data = _numbers(rows[1:], [header.index(c) for c in wanted], wanted, path)
+    data = _numbers(rows[1:], lines[1:], [header.index(c) for c in wanted], wanted, path)
     bad = ~np.all(np.isfinite(data), axis=1)
     if np.any(bad):
         rows_bad = (np.flatnonzero(bad) + 1).tolist()
@@ -106,8 +104,49 @@ def read_csv(
     return X, y
 
 
-def _numbers(rows: list[list[str]], idx: list[int], names: list[str], path: str) -> np.ndarray:
-    """The cells ``idx`` of every row as floats, ``(len(rows), len(idx))``; missing: NaN."""
+def read_rows(path: str) -> tuple[list[int], list[list[str]]]:
+    """The non-blank rows of a CSV file and the file line each starts on (1-based).
+
+    Blank rows are left out, so the ``i``-th row returned is the header (``i = 0``) or
+    data row ``i``; its line number stays the file's (a message names the line an editor
+    shows, blank lines and quoted line breaks counted).
+
+    Args:
+        path: the CSV file (UTF-8, an optional byte-order mark).
+
+    Returns:
+        ``(lines, rows)``: the line number of each row, and its cells.
+
+    Raises:
+        OSError, UnicodeDecodeError, csv.Error: the file cannot be read as CSV.
+
+    Example:
+        >>> import os, tempfile
+        >>> from gpchol.cli.csvio import read_rows
+        >>> path = os.path.join(tempfile.mkdtemp(), "d.csv")
+        >>> _ = open(path, "w").write("x,y\\n\\n1,2\\n\\n3,4\\n")
+        >>> read_rows(path)
+        ([1, 3, 5], [['x', 'y'], ['1', '2'], ['3', '4']])
+    """
+    lines: list[int] = []
+    rows: list[list[str]] = []
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.reader(f)
+        start = 1  # the line the next row starts on
+        for row in reader:
+            if any(c.strip() for c in row):
+                lines.append(start)
+                rows.append(row)
+            start = reader.line_num + 1
+    return lines, rows
+
+
+def _numbers(
+    rows: list[list[str]], lines: list[int], idx: list[int], names: list[str], path: str
+) -> np.ndarray:
+    """The cells ``idx`` of every row as floats, ``(len(rows), len(idx))``; missing: NaN.
+
+    ``lines``: each row's line in the file, for the messages."""
     data = np.full((len(rows), len(idx)), np.nan)
     for i, row in enumerate(rows):
         for j, k in enumerate(idx):
@@ -119,7 +158,7 @@ def _numbers(rows: list[list[str]], idx: list[int], names: list[str], path: str)
             except ValueError:
                 raise CLIError(
                     f"non-numeric value {cell!r} in column {names[j]!r} at data row {i + 1} "
-                    f"(line {i + 2}) of {path}"
+                    f"(line {lines[i]}) of {path}"
                 ) from None
     return data
 

@@ -10,7 +10,7 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["CLIError", "one_line"]
+__all__ = ["CLIError", "checkpoint_message", "one_line"]
 
 
 class CLIError(Exception):
@@ -28,3 +28,19 @@ def one_line(message: object) -> str:
     """
     lines = [ln.strip() for ln in str(message).splitlines() if ln.strip()]
     return "; ".join(lines) or "(no message)"
+
+
+def checkpoint_message(error: Exception) -> str:
+    """A checkpoint error's message with the library's remedy in the command line's terms.
+
+    :class:`gpchol.CheckpointError` tells a Python caller to ``pass resume=False``; the
+    command line's user starts over by running without ``--resume``.
+
+    Example:
+        >>> from gpchol.cli.errors import checkpoint_message
+        >>> checkpoint_message(ValueError("checkpoint ck.json is damaged. Delete its files or "
+        ...                               "pass resume=False to start over."))
+        'checkpoint ck.json is damaged. Delete its files or run without --resume to start over.'
+    """
+    text = str(error).replace("pass resume=False", "run without --resume")
+    return text.replace("resume=False", "no --resume")

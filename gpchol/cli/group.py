@@ -19,7 +19,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import sys
@@ -29,10 +28,10 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from gpchol import FitResult, GaussianProcess
+from gpchol import CheckpointError, FitResult, GaussianProcess
 from gpchol._fit import fit_batched
-from gpchol.cli.csvio import MISSING, read_csv
-from gpchol.cli.errors import CLIError
+from gpchol.cli.csvio import MISSING, read_csv, read_rows
+from gpchol.cli.errors import CLIError, checkpoint_message
 from gpchol.cli.files import check_fit_outputs, write_file
 from gpchol.cli.model import FORMAT_VERSION, GROUPS_FORMAT, Model, versions
 from gpchol.cli.parsing import fit_options, model_columns
@@ -67,8 +66,7 @@ def group_labels(
     Raises:
         CLIError: no such column, a column named twice, an empty group cell.
     """
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        rows = [r for r in csv.reader(f) if any(c.strip() for c in r)]
+    lines, rows = read_rows(path)
     header = [h.strip() for h in rows[0]]
     if group not in header:
         raise CLIError(
@@ -81,7 +79,7 @@ def group_labels(
     g = header.index(group)
     idx = [header.index(c) for c in wanted]
     labels = []
-    for i, row in enumerate(rows[1:]):
+    for i, (line, row) in enumerate(zip(lines[1:], rows[1:], strict=True)):
         label = row[g].strip() if g < len(row) else ""
         if dropna:
             cells = [row[k].strip() if k < len(row) else "" for k in idx]
@@ -89,7 +87,7 @@ def group_labels(
                 continue  # read_csv drops this row too
         elif not label:
             raise CLIError(
-                f"the {flag} {group!r} is empty at data row {i + 1} (line {i + 2}) of "
+                f"the {flag} {group!r} is empty at data row {i + 1} (line {line}) of "
                 f"{path}; fill it in or pass --dropna to drop such rows"
             )
         labels.append(label)
@@ -200,6 +198,8 @@ def run_group_fit(args: argparse.Namespace, dtype: type[np.floating]) -> int:
             transforms=spec.transforms(),
             **fit_options(args),
         )
+    except CheckpointError as e:
+        raise CLIError(checkpoint_message(e)) from None
     except ValueError as e:
         raise CLIError(str(e)) from None
     seconds_fit = time.perf_counter() - t_fit
