@@ -305,7 +305,12 @@ def test_default_transforms_and_round_trip():
     assert t.locations is None and t.widths == Positive() and t.dim == 0
     assert t.kernels[0].lengthscale == Positive() and t.kernels[1].amplitude == Positive()
     sm = kern.SpectralMixture(SM_W, SM_MU, SM_SIGMA).default_transforms()
-    assert sm.weights == sm.means == sm.scales == Positive()
+    assert sm.weights == sm.scales == Positive()
+    # a mean frequency of 0 (an ExpSquared component, as documented) can be learned
+    assert sm.means is None
+    zero = kern.SpectralMixture(np.ones(2), np.array([0.0, 0.5]), np.array([0.1, 0.2]))
+    u = to_unconstrained(zero, zero.default_transforms())
+    np.testing.assert_allclose(to_constrained(u, zero.default_transforms()).means, [0.0, 0.5])
     assert kern.LinearMap(kern.ExpSquared(), np.eye(2)).default_transforms().matrix is None
     assert kern.Warp(kern.ExpSquared(), jnp.tanh, params=1.0).default_transforms().params is None
     kw = kern.KumaraswamyWarp(kern.Matern12(), 0.5, 2.0)

@@ -93,8 +93,9 @@ class SpectralMixture(Kernel):
 
     Args:
         weights: ``w``, positive, shape ``(Q,)``: the variances of the components.
-        means: ``mu``, positive frequencies (cycles per unit of input), shape ``(Q, d)``, or
-            ``(Q,)`` for the same value in every dimension.
+        means: ``mu``, frequencies (cycles per unit of input), shape ``(Q, d)``, or
+            ``(Q,)`` for the same value in every dimension. Any real number (``cos`` is
+            even, so ``-mu`` is the same component), learned without a transform.
         scales: ``sigma``, positive, shape ``(Q, d)`` or ``(Q,)`` likewise.
         active_dims: static tuple of the input columns the kernel reads (``None``: all).
 
@@ -115,7 +116,7 @@ class SpectralMixture(Kernel):
     """
 
     weights: Any
-    means: Any
+    means: Any = parameter(transform=None)  # any real: the kernel is even in each mu
     scales: Any
     active_dims: tuple[int, ...] | None = static(default=None)
 
