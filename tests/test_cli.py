@@ -382,3 +382,24 @@ def test_resumed_fit_times_only_the_steps_it_ran(
     info = load(in_tmp / "gpchol-fit.json")["fit"]
     assert info["n_steps"] == 8 and info["step_seconds"] == 10.0
     assert info["steps_run"] == 5 and info["resumed_at_step"] == 3
+
+
+def test_resume_without_a_checkpoint_yet_says_so(
+    in_tmp: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--resume`` with a checkpoint path that has no checkpoint (a typo, or a first run)
+    starts a new fit, as the library does, and a note on stderr says so."""
+    _sine_csv(in_tmp)
+    rc, _, err = cli(
+        capsys,
+        *("fit", "--csv", "d.csv", "--x", "x", "--y", "y", "--no-plot", "--quiet"),
+        *("--steps", "3", "--checkpoint", "typo", "--resume"),
+    )
+    assert rc in (0, 1), err
+    assert "no checkpoint at typo yet (no typo.json); --resume starts a new fit" in err
+    rc, _, err = cli(
+        capsys,
+        *("fit", "--csv", "d.csv", "--x", "x", "--y", "y", "--no-plot", "--quiet"),
+        *("--steps", "3", "--checkpoint", "typo", "--resume"),
+    )
+    assert "no checkpoint" not in err  # the first run wrote it

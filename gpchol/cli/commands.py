@@ -29,6 +29,7 @@ import numpy as np
 import gpchol
 from gpchol import CheckpointError, FitResult
 from gpchol._cuda.ffi import cuda_unavailable_reason
+from gpchol._fit.checkpoint import manifest_path
 from gpchol.cli.cache import CompileClock
 from gpchol.cli.csvio import format_predictions, read_csv
 from gpchol.cli.errors import CLIError, checkpoint_message, one_line
@@ -279,6 +280,12 @@ def run_fit(args: argparse.Namespace) -> int:
         raise CLIError(f"--steps must be >= 0 (got {args.steps})")
     if args.resume and not args.checkpoint:
         raise CLIError("--resume needs --checkpoint PATH")
+    if args.resume and resumed_steps(args.checkpoint) is None:  # e.g. a mistyped path
+        print(
+            f"gpchol: note: no checkpoint at {args.checkpoint} yet (no "
+            f"{manifest_path(args.checkpoint)}); --resume starts a new fit there",
+            file=sys.stderr,
+        )
     if getattr(args, "group", None) is not None:  # one GP per group (gpchol.cli.group)
         from gpchol.cli.group import run_group_fit
 

@@ -169,7 +169,10 @@ def _add_fit(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--optimizer", choices=("lbfgs", "adam"), default="lbfgs")
     p.add_argument(
-        "--learning-rate", type=_number(positive=True), default=None, help="Adam step (0.05)"
+        "--learning-rate",
+        type=_number(positive=True),
+        default=None,
+        help="Adam's step (default 0.05); with lbfgs, a fixed step in place of the line search",
     )
     p.add_argument(
         "--tol", type=_number(positive=False), default=1e-9, help="relative loss-change tolerance"
@@ -177,7 +180,11 @@ def _add_fit(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--float32", action="store_true", help="float32 (default float64)")
     p.add_argument("--checkpoint", metavar="PATH", help="checkpoint base path")
     p.add_argument("--checkpoint-every", type=_integer(1), default=10, metavar="K")
-    p.add_argument("--resume", action="store_true", help="resume from --checkpoint")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="resume from --checkpoint (a new fit if there is none yet: a note says so)",
+    )
     p.add_argument("--dropna", action="store_true", help="drop rows with NaN/inf/missing")
     p.add_argument("--out", default="gpchol-fit.json", help="model file (gpchol-fit.json)")
     p.add_argument("--no-plot", action="store_true", help="do not write the PNG plot")
