@@ -346,6 +346,8 @@ def gaussian_log_likelihood(
     order. Called eagerly or inside the caller's ``jit``/``grad`` alike, it runs one
     jitted program, compiled once per static set-up (mesh, axes, ``T_A``, ``n``, kernel
     function) and argument shapes; the mean (``O(n)``, replicated) is evaluated outside it.
+    An eager ``jax.grad`` over an *Explicit* mesh needs ``jax.set_mesh(mesh)`` around it
+    (JAX seeds the cotangent on the output's mesh; see :mod:`gpchol.distributed`).
 
     Args:
         kernel_fn: a gpchol kernel object (then ``params`` must be the kernel itself, a
