@@ -513,3 +513,17 @@ def test_more_bad_input_of_the_sharded_functions(rng):
         gd.logdet(jnp.eye(30), mesh)
     with pytest.raises(ValueError, match="n = 30 must be a positive multiple of lcm"):
         jax.jit(lambda L: gd.logdet_jit_ctx(L, mesh=mesh))(jnp.eye(30))
+
+
+def test_potrs_promotes_like_cho_solve(rng):
+    """float32 L with a float64 b solves in float64 (as gpchol.cho_solve); it returned
+    float32."""
+    mesh = _mesh((2, 2))
+    A = random_spd(rng, 8)
+    L = gd.potrf(jnp.asarray(A, jnp.float32), 2, mesh, donate=False)
+    b = rng.standard_normal(8)
+    x = gd.potrs(L, b, 2, mesh)
+    assert x.dtype == gpchol.cho_solve(jnp.asarray(np.linalg.cholesky(A), jnp.float32), b).dtype
+    assert x.dtype == np.float64
+    np.testing.assert_allclose(x, np.linalg.solve(A, b), rtol=1e-5)
+    assert gd.potrs(L, b.astype(np.float32), 2, mesh).dtype == np.float32

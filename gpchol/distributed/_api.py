@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, Literal, overload
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
@@ -476,8 +477,11 @@ def _potrs_traced(L: jax.Array, b: jax.Array, T_A: int | None, mesh: AnyMesh, sp
     r, c = axes_of(spec, mesh)
     grid, pad = _setup(n, T_A, mesh, r, c)
     b2, vec = _rhs(b, n)
-    b2 = _constrain(b2.astype(L.dtype), mesh, P())
-    L = place_traced(L, mesh, spec)
+    # the promoted dtype, as gpchol.cho_solve (float32 L, float64 b: float64)
+    dtype = jnp.promote_types(L.dtype, b2.dtype)
+    dtype = dtype if jnp.issubdtype(dtype, jnp.floating) else L.dtype
+    b2 = _constrain(b2.astype(dtype), mesh, P())
+    L = place_traced(L.astype(dtype), mesh, spec)
     body = functools.partial(_core.potrs_block, grid, pad)
     x = _smap(body, mesh, (spec, P()), P())(L, b2)
     return x[:, 0] if vec else x
