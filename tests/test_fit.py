@@ -280,8 +280,79 @@ def test_progress_line_on_stderr(
         (dict(tol=True), "tol must be a number >= 0"),
         (dict(tol=-1.0), "tol must be a number >= 0"),
         (dict(tol=float("nan")), "tol must be a number >= 0"),
+        # learning_rate and restart_scale were not checked: 0 "converged" at the start,
+        # a negative one ascended, NaN failed later with a misleading message
+        (dict(learning_rate=0.0), "learning_rate must be a finite number > 0"),
+        (dict(learning_rate=-0.1, optimizer="adam"), "learning_rate must be a finite number"),
+        (dict(learning_rate=float("nan")), "learning_rate must be a finite number > 0"),
+        (dict(learning_rate="a"), "learning_rate must be a finite number > 0"),
+        (dict(restart_scale=float("nan"), restarts=1), "restart_scale must be a finite"),
     ],
 )
 def test_bad_arguments(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         fit(lambda p: p**2, 1.0, progress=False, **kwargs)
+
+
+def test_integer_and_bool_parameters() -> None:
+    """An int start is a float parameter: the result was truncated back to an int (2 for
+    an optimum of 2.7, with the loss of 2.7 reported), and an int leaf among floats was
+    silently frozen; a bool is refused."""
+    r = fit(lambda p: (p - 2.7) ** 2, 1, progress=False)
+    assert float(r.params) == pytest.approx(2.7) and r.loss == pytest.approx(0.0, abs=1e-20)
+    r = fit(lambda p: (p["a"] - 2.7) ** 2 + p["b"] ** 2, {"a": 1, "b": 0.5}, progress=False)
+    assert float(r.params["a"]) == pytest.approx(2.7)
+    r = fit(lambda p: (p - 2.7) ** 2, 1, optimizer="adam", steps=3000, progress=False)
+    assert float(r.params) == pytest.approx(2.7, abs=1e-4)
+    with pytest.raises(TypeError, match=r"parameter \['flag'\] is a bool"):
+        fit(lambda p: p["x"] ** 2, {"x": 1.0, "flag": True}, progress=False)
+
+
+def test_no_steps_with_a_nonfinite_initial_loss_is_the_same_error() -> None:
+    with pytest.raises(ValueError, match="at the initial parameters is not finite"):
+        fit(lambda p: jnp.log(p), -1.0, steps=0, progress=False)
+
+
+def test_a_loss_that_does_not_depend_on_the_parameters() -> None:
+    # a constant loss is a literal of the traced program (it crashed with an AttributeError)
+    r = fit(lambda p: jnp.asarray(5.0), {"a": 1.0}, progress=False)
+    assert r.loss == 5.0 and float(r.params["a"]) == 1.0
+
+
+def test_line_search_never_accepts_an_increase_of_a_large_loss() -> None:
+    """Approximate Wolfe accepted f(t) <= f(0) + 1e-6 |f(0)|: with f(0) = 1e6 a real rise
+    of up to 1 passed, and the fit climbed to the local maximum x = 1 of the cubic and
+    reported convergence. The tolerance is now at most sqrt(eps) |f(0)| in float64."""
+    r = fit(lambda x: 1e6 + (-x + 3.5 * x**2 - 2 * x**3), 0.0, progress=False)
+    assert float(r.params) == pytest.approx(1 / 6, rel=1e-6) and r.loss < 1e6
+
+
+def test_float32_parameters_with_x64_on() -> None:
+    """The host-driven line search promoted float32 x + float64 t d to float64 and fed it
+    to the loss traced in float32 (a dtype error)."""
+    r = fit(lambda x: 1e3 + (-x + 3.5 * x**2 - 2 * x**3), np.float32(0.0), progress=False)
+    assert r.params.dtype == np.float32 and float(r.params) == pytest.approx(1 / 6, rel=1e-5)
+
+
+def test_bucket_padding_skips_models_with_other_per_point_leaves() -> None:
+    """A mean with a per-point parameter (n values, not padded with X) made the padded
+    likelihood raise 'returned shape (30,); must return shape (32,)': no padding then."""
+    from gpchol.means import Function
+
+    rng = np.random.default_rng(0)
+    n = 30
+    X = jnp.asarray(np.sort(rng.uniform(0, 5, n)))
+    off = jnp.asarray(rng.normal(size=n))
+    y = jnp.sin(X) + off
+
+    def build(p: dict[str, Any]) -> GaussianProcess:
+        mean = Function(lambda X, q: q["c"] + q["off"], {"c": p["c"], "off": off})
+        return GaussianProcess(
+            p["amp"] * kernels.ExpSquared(p["ls"]), X, noise=p["noise"], mean=mean
+        )
+
+    p0 = {"amp": 1.0, "ls": 1.0, "noise": 0.1, "c": 0.0}
+    t = {"amp": Positive(), "ls": Positive(), "noise": Positive(), "c": None}
+    padded = fit(build, p0, y, transforms=t, progress=False)
+    plain = fit(build, p0, y, transforms=t, progress=False, bucket=False)
+    assert padded.loss == pytest.approx(plain.loss, rel=1e-10)

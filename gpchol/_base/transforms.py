@@ -268,7 +268,14 @@ class LogPositive(Transform):
         return _elementwise(u, lambda xp, v: xp.exp(v))
 
     def inverse(self, c: Any) -> jax.Array:
-        """``log(c)``, shape ``(...)``; ``c > 0``."""
+        """``log(c)``, shape ``(...)``; ``c > 0`` (a ``ValueError`` for a concrete value
+        outside: ``log 0 = -inf`` would start a fit that cannot move)."""
+        _check_domain(
+            self,
+            c,
+            lambda a: a > 0,
+            "be > 0 (and not NaN). Give a positive initial value.",
+        )
         return _elementwise(c, lambda xp, v: xp.log(v))
 
 

@@ -161,6 +161,25 @@ def check_tolerance(value: object, name: str = "tol") -> float:
     return float(value)
 
 
+def check_number(value: object, name: str, *, positive: bool = False) -> float:
+    """``value`` as a finite ``float``, ``> 0`` with ``positive`` else ``>= 0`` (a real
+    number, not a bool), or raise ``ValueError`` naming ``name``.
+
+    Example:
+        >>> check_number(0.05, "learning_rate", positive=True)
+        0.05
+    """
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not math.isfinite(value)
+        or not (value > 0 if positive else value >= 0)
+    ):
+        kind = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number {kind}; got {value!r}.")
+    return float(value)
+
+
 def check_fit_settings(
     *,
     steps: object,

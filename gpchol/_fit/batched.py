@@ -53,6 +53,7 @@ from gpchol._fit.fingerprint import fit_fingerprint
 from gpchol._fit.objective import (
     Optimizer,
     default_transforms,
+    floating_params,
     make_optimizer,
     make_step,
     unconstrained_loss,
@@ -521,6 +522,7 @@ def fit_batched(
     data = _batch(X, y, mask)
     B = data.size
     opt_name, opt = make_optimizer(optimizer, learning_rate)
+    params = floating_params(params)
     if transforms is None:
         transforms = default_transforms(
             jax.tree_util.tree_map(lambda x: jnp.asarray(x)[0], params)

@@ -36,13 +36,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from gpchol._base.transforms import to_constrained, to_unconstrained
-from gpchol._base.validate import check_fit_settings
+from gpchol._base.validate import check_fit_settings, check_number
 from gpchol._fit.fingerprint import describe_structure, fit_fingerprint
 from gpchol._fit.lbfgs import LBFGSState, host_ravel
 from gpchol._fit.objective import (
     OWN_OPTIMIZERS,
     StepFn,
     default_transforms,
+    floating_params,
     make_optimizer,
     make_step,
     optimizer_key,
@@ -298,7 +299,9 @@ def fit(
         tol=tol,
     )
     bucket = check_bucket(bucket)
+    restart_scale = check_number(restart_scale, "restart_scale")
     opt_name, opt = make_optimizer(optimizer, learning_rate)
+    params = floating_params(params)
     if transforms is None:
         transforms = default_transforms(params)
     loss_u = unconstrained_loss(build_or_loss, y, transforms)
@@ -542,15 +545,19 @@ def _run_start(plan: FitPlan, state: FitState, session: FitSession) -> None:
     session.commit(state)
 
 
+def _initial_not_finite(v: float) -> ValueError:
+    return ValueError(
+        f"the loss or its gradient at the initial parameters is not finite "
+        f"(loss {v}): the model cannot be evaluated there (a covariance that "
+        "is not positive definite?). Try: jitter on the model "
+        "(GaussianProcess(..., jitter=(1e-8, 1e-6, 1e-4))), float64, or "
+        "other initial values."
+    )
+
+
 def _stop_nonfinite(state: FitState, v: float) -> None:
     if state.restart == 0 and state.step == 0:
-        raise ValueError(
-            f"the loss or its gradient at the initial parameters is not finite "
-            f"(loss {v}): the model cannot be evaluated there (a covariance that "
-            "is not positive definite?). Try: jitter on the model "
-            "(GaussianProcess(..., jitter=(1e-8, 1e-6, 1e-4))), float64, or "
-            "other initial values."
-        )
+        raise _initial_not_finite(v)
     what = "loss" if not math.isfinite(v) else "gradient"
     state.stop(
         "nonfinite",
@@ -593,6 +600,8 @@ def _end_start(plan: FitPlan, state: FitState) -> None:
     """
     r = state.restart
     final_loss = _loss_at(plan, state.params, state.opt_state)
+    if r == 0 and state.step == 0 and not math.isfinite(final_loss):  # steps=0
+        raise _initial_not_finite(final_loss)
     success = state.stopped != "nonfinite"
     if success and not math.isfinite(final_loss):
         success = False

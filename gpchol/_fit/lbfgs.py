@@ -72,12 +72,21 @@ __all__ = [
 
 _C1 = 1e-4  # sufficient decrease
 _C2 = 0.9  # curvature (strong Wolfe)
-_APPROX = 1e-6  # Hager-Zhang's relative tolerance on f(0) for approximate Wolfe
+
 _GROW = 2.0  # bracketing: the next trial is this many times the last
 _MAX_T = 1e10  # no trial step beyond this
 
 # the line search's stages
 _EVAL0, _BRACKET, _ZOOM, _DONE = 0, 1, 2, 3
+
+
+# approximate Wolfe (Hager & Zhang 2005) accepts f(t) <= f(0) + eps_f, eps_f = r |f(0)| for
+# the loss's rounding: Hager-Zhang's r = 1e-6, at most sqrt(eps) of the dtype (1.5e-8 in
+# float64). A GP loss sums ~n rounded terms, far above one ulp; but 1e-6 let a real rise
+# through where |f(0)| is large (1e6 + a cubic climbed to its local maximum)
+def _approx_tolerance(dtype: Any) -> float:
+    return min(1e-6, float(np.sqrt(np.finfo(dtype).eps)))
+
 
 #: an array of the search: JAX's (compiled, traced) or NumPy's (the host-driven search)
 Arr = jax.Array | np.ndarray
@@ -524,6 +533,8 @@ class LBFGS:
                 c = _start(x, st)
                 while _running(c, max_evals):
                     c, xt = _trial(c, st, x)
+                    # in the parameters' dtype: NumPy promotes float32 x + float64 t d
+                    xt = np.asarray(xt, x.dtype)
                     f, g = value_and_grad(xt, data)
                     c = _update(c, xt, np.asarray(f), np.asarray(g), max_evals)
                 x_new, new, f0, grad_ok = _finish(c, st, x)
@@ -673,7 +684,8 @@ def _after_trial(
     slope = where(finite, _dot(g, c["d"]), xp.inf)
     fv = where(finite, f, xp.inf)
     armijo = fv <= f0 + _C1 * t * slope0
-    approx = (fv <= f0 + _APPROX * xp.abs(f0)) & (slope <= (2.0 * _C1 - 1.0) * slope0)
+    noise = _approx_tolerance(_dtype_of(f0)) * xp.abs(f0)
+    approx = (fv <= f0 + noise) & (slope <= (2.0 * _C1 - 1.0) * slope0)
     decrease = finite & (armijo | approx)
     curvature = xp.abs(slope) <= -_C2 * slope0
     accept = decrease & curvature
@@ -699,7 +711,7 @@ def _after_trial(
     next_t = where(
         expand,
         xp.minimum(_GROW * t, _MAX_T),
-        _zoom_step(new_lo, new_hi, _APPROX * xp.abs(f0)),
+        _zoom_step(new_lo, new_hi, noise),
     )
     it = c["it"] + 1
     width = xp.abs(new_hi[0] - new_lo[0])

@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from gpchol._base.transforms import to_constrained
+from gpchol._base.validate import check_number
 from gpchol._fit.lbfgs import LBFGS
 from gpchol.kernels import Kernel
 from gpchol.means import Mean
@@ -88,6 +90,35 @@ def default_transforms(params: Any) -> Any:
 OWN_OPTIMIZERS = ("lbfgs", "adam")
 
 
+def floating_params(params: Any) -> Any:
+    """``params`` with integer leaves as NumPy arrays of the default float dtype.
+
+    An integer parameter cannot be optimised (its gradient is not defined, and a fit
+    would truncate the optimum back to an int): ``fit(loss, 1)`` means ``fit(loss, 1.0)``.
+
+    Raises:
+        TypeError: a bool leaf (a flag, not a parameter), naming its path.
+
+    Example:
+        >>> from gpchol._fit.objective import floating_params
+        >>> floating_params({"a": 1, "b": 2.5})["a"].dtype.kind
+        'f'
+    """
+
+    def one(path: Any, x: Any) -> Any:
+        dt = jnp.result_type(x)
+        if dt == jnp.bool_:
+            raise TypeError(
+                f"parameter {jax.tree_util.keystr(path) or 'params'} is a bool; parameters "
+                "are numbers to optimise (pass a flag to build, not in params)"
+            )
+        if jnp.issubdtype(dt, jnp.integer):
+            return np.asarray(x, jnp.result_type(float))
+        return x
+
+    return jax.tree_util.tree_map_with_path(one, params)
+
+
 def make_optimizer(
     optimizer: str | optax.GradientTransformation, learning_rate: float | None
 ) -> tuple[str, Optimizer]:
@@ -104,7 +135,8 @@ def make_optimizer(
         ``(name, transformation)``.
 
     Raises:
-        ValueError: an unknown optimiser name.
+        ValueError: an unknown optimiser name, or a ``learning_rate`` that is not a finite
+            number > 0.
         TypeError: neither a name nor a ``GradientTransformation``.
 
     Example:
@@ -112,6 +144,8 @@ def make_optimizer(
         >>> make_optimizer("L-BFGS", None)[0]
         'lbfgs'
     """
+    if learning_rate is not None:
+        learning_rate = check_number(learning_rate, "learning_rate", positive=True)
     if isinstance(optimizer, str):
         name = optimizer.lower()
         if name in ("lbfgs", "l-bfgs"):  # ours: a fit with it never imports optax

@@ -48,6 +48,7 @@ from typing import Any
 
 import jax
 import jax.extend.core as jex
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh
 
@@ -296,7 +297,8 @@ def loss_program(
 
     def make() -> Callable[..., Any]:
         def value(u: Any, data: Any) -> jax.Array:
-            return _run(jaxpr, data, u)[0].reshape(())
+            # jnp.asarray: a loss that does not depend on u is a literal of the jaxpr
+            return jnp.asarray(_run(jaxpr, data, u)[0]).reshape(())
 
         return data_step_fn(opt, value)
 
@@ -365,7 +367,10 @@ def gp_program(
         and jitter is None
         and all(i in fixed_at for i in row_data)
         and not any(np.shape(c)[:1] == (n,) for c in consts)
-        and not any(m and a.shape[:1] == (n,) for m, a in zip(moving, avals, strict=True))
+        # any other leaf of n rows (a mean's per-point parameter, fixed or not) would not
+        # be padded with X: no padding then (a leaf that has n entries by chance, e.g. n
+        # lengthscales, only costs the bucket)
+        and not any(a.shape[:1] == (n,) for i, a in enumerate(avals) if i not in row_data)
     )
     size = bucket_size(n, bucket) if can_pad else n
     if can_pad:

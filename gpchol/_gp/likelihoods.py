@@ -73,9 +73,9 @@ def gauss_hermite_expectation(
     Returns:
         An array of shape ``shape``: ``sum_j w_j fn(mean + sqrt(2 var) t_j) / sqrt(pi)``.
 
-    Differentiable in ``mean``, ``var`` and the arrays ``fn`` closes over; the derivative
-    in ``var`` is the quadrature of ``fn''(f) / 2`` (Price's identity), right down to
-    ``var = 0``.
+    Differentiable in ``mean``, ``var`` and the arrays ``fn`` closes over: the derivative
+    of the quadrature's value, except for ``var`` below ``sqrt(eps)``, where it is the
+    quadrature of ``fn''(f) / 2`` (Price's identity), finite and right down to ``var = 0``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -111,12 +111,15 @@ def _expectation(
 def _expectation_jvp(
     fn: Any, primals: tuple[Any, ...], tangents: tuple[Any, ...]
 ) -> tuple[jax.Array, jax.Array]:
-    # For f ~ N(m, v): dE[g(f)]/dm = E[g'(f)] and, by Price's (heat-equation) identity,
-    # dE[g(f)]/dv = E[g''(f)] / 2 (Price 1958, IRE Trans. Inf. Theory 4(2); Opper &
-    # Archambeau 2009, Neural Comput. 21(3), eq. 9). Both are taken by the same quadrature,
-    # so the variance's derivative stays finite and right at v = 0, where the chain rule
-    # through sqrt(2 v) t is 0 * infinity. g is elementwise: its derivatives along f are
-    # JVPs with a tangent of ones.
+    # The derivative of the quadrature itself, through f = m + sqrt(2 v) t, is
+    #     dQ/dm = sum_j w_j g'(f_j),   dQ/dv = sum_j w_j g'(f_j) t_j / sqrt(2 v),
+    # exact for the value computed, but at v -> 0 the second is 0 * infinity: the sum
+    # cancels to rounding divided by sqrt(2 v) (0 at v = 0, 1e133 at v = 1e-300). There
+    # Price's (heat-equation) identity dE[g(f)]/dv = E[g''(f)] / 2 (Price 1958, IRE Trans.
+    # Inf. Theory 4(2); Opper & Archambeau 2009, Neural Comput. 21(3), eq. 9) is taken
+    # by the same quadrature instead: for v below sqrt(eps) of the dtype, where the nodes
+    # are so close that the quadrature of a smooth g is exact to rounding and the two
+    # agree. g is elementwise: its derivatives along f are JVPs with a tangent of ones.
     t, w, mean, var, *consts = primals
     _, _, dmean, dvar, *dconsts = tangents
     f = _nodes(mean, var, t)
@@ -128,9 +131,14 @@ def _expectation_jvp(
     values, dfirst = jax.jvp(
         lambda x, *c: fn(x, *c), (f, *consts), (jnp.broadcast_to(dmean, f.shape), *dconsts)
     )
-    second = jax.jvp(g1, (f,), (ones,))[1]
+    slope, second = jax.jvp(g1, (f,), (ones,))
+    small = var <= jnp.sqrt(jnp.finfo(f.dtype).eps)
+    root = jnp.sqrt(2.0 * jnp.where(small, 1.0, var))
+    d_var = jnp.where(
+        small, 0.5 * jnp.sum(w * second, axis=0), jnp.sum(w * slope * t, axis=0) / root
+    )
     out = jnp.sum(w * values, axis=0)
-    tangent = jnp.sum(w * dfirst, axis=0) + 0.5 * dvar * jnp.sum(w * second, axis=0)
+    tangent = jnp.sum(w * dfirst, axis=0) + dvar * d_var
     return out, jnp.broadcast_to(tangent, out.shape).astype(out.dtype)
 
 
@@ -228,6 +236,17 @@ class Gaussian(Likelihood):
 
     def __repr__(self) -> str:
         return f"Gaussian(noise={self.noise!r})"
+
+    def check_y(self, y: jax.Array) -> None:
+        """Also checks a concrete ``noise``: finite and ``> 0`` (0 or less gave NaN)."""
+        s = self.noise
+        if isinstance(s, (int, float, np.ndarray, np.generic, jax.Array)) and is_concrete(s):
+            a = np.asarray(s, np.float64)
+            if not (np.all(np.isfinite(a)) and np.all(a > 0)):
+                raise ValueError(
+                    f"Gaussian likelihood: noise (the noise variance) must be finite and "
+                    f"> 0; got {s!r}"
+                )
 
     def log_prob(self, f: jax.Array, y: jax.Array) -> jax.Array:
         s = jnp.asarray(self.noise, jnp.result_type(f, float))

@@ -90,6 +90,9 @@ def _check_inducing(inducing: Any) -> jax.Array:
 def _check_variational(q_mu: Any, q_sqrt: Any, M: int, dtype: Any) -> tuple[jax.Array, jax.Array]:
     q_mu = jnp.zeros((M,), dtype) if q_mu is None else jnp.asarray(q_mu)
     q_sqrt = jnp.eye(M, dtype=dtype) if q_sqrt is None else jnp.asarray(q_sqrt)
+    # integer values are learnable parameters all the same (as integer inducing inputs)
+    q_mu = q_mu if jnp.issubdtype(q_mu.dtype, jnp.inexact) else q_mu.astype(dtype)
+    q_sqrt = q_sqrt if jnp.issubdtype(q_sqrt.dtype, jnp.inexact) else q_sqrt.astype(dtype)
     if q_mu.shape != (M,):
         raise ValueError(
             f"q_mu must have shape ({M},), one value per inducing input; got {q_mu.shape}."
@@ -216,9 +219,10 @@ class SVGP(AttrPytree):
         return self.tree_unflatten(self.tree_flatten()[1], children)
 
     def __repr__(self) -> str:
+        shape: tuple[int, ...] = getattr(self.inducing, "shape", ())  # any tree_map'd leaf
         return (
             f"SVGP(kernel={type(self.kernel).__name__}, "
-            f"M={getattr(self.inducing, 'shape', (None,))[0]}, "
+            f"M={shape[0] if len(shape) else None}, "
             f"likelihood={self.likelihood!r}, num_data={self.num_data}, whiten={self.whiten})"
         )
 
@@ -236,6 +240,8 @@ class SVGP(AttrPytree):
                 f"inducing (the inducing inputs Z) has {d} column(s) but {name} has "
                 f"{X.shape[1]}: both must have one column per input dimension."
             )
+        # an inf row would silently count as a point far from every inducing input
+        check_finite_rows(X, name, "drop or impute those rows first")
         return X
 
     def factor(self) -> tuple[jax.Array, jax.Array, jax.Array]:
