@@ -212,19 +212,28 @@ def test_hlo_collectives_move_at_most_one_tile_row(case):
 
 def test_failed_factorization_status_nan_and_check(case):
     """A covariance that is not positive definite: status, NaN predictions, or the error
-    with ``check=True`` (the same shapes as the 4x2 case: no new compile)."""
+    with ``check=True``. (A negative noise, which made it so before, is refused now: a
+    kernel term that subtracts 60 from K_99 alone, through a third input column that is 1
+    on row 9 only.)"""
     if case["post"].setup.grid.Pr != 4:
         pytest.skip("checked on the 4x2 mesh")
-    X, y, Xs, mesh = case["X"], case["y"], case["Xs"], case["mesh"]
-    noise = case["noise"].copy()
-    noise[9] = -50.0  # K_99 < 0: the 10th pivot fails
-    k, mean, T = _kernel(), case["post"].prior_mean, case["post"].setup.grid.T
-    post = gd.condition(k, k, X, y, noise=noise, mean=mean, mesh=mesh, T_A=T)
+    X, y, Xs, mesh, noise = case["X"], case["y"], case["Xs"], case["mesh"], case["noise"]
+    flag = np.zeros((X.shape[0], 1))
+    flag[9] = 1.0
+    X3, Xs3 = np.hstack([X, flag]), np.hstack([Xs, np.zeros((Xs.shape[0], 1))])
+    k = (
+        1.3 * kernels.Matern52(lengthscale=0.35, active_dims=(0, 1))
+        + 0.4 * kernels.ExpSquared(lengthscale=1.2, active_dims=(0, 1))
+        + kernels.Scale(-60.0, kernels.Linear(active_dims=(2,)))
+    )  # K_99 < 0: the 10th pivot fails
+    two = case["post"].prior_mean  # of the first two columns
+    mean, T = means.Function(lambda X: two(X[:, :2])), case["post"].setup.grid.T
+    post = gd.condition(k, k, X3, y, noise=noise, mean=mean, mesh=mesh, T_A=T)
     assert int(post.status) == 10
-    assert np.all(np.isnan(np.asarray(post.variance(Xs))))
+    assert np.all(np.isnan(np.asarray(post.variance(Xs3))))
     assert np.isnan(float(post.log_marginal_likelihood))
     with pytest.raises(gpchol.NotPositiveDefiniteError, match="pivot 10") as err:
-        gd.condition(k, k, X, y, noise=noise, mean=mean, mesh=mesh, T_A=T, check=True)
+        gd.condition(k, k, X3, y, noise=noise, mean=mean, mesh=mesh, T_A=T, check=True)
     assert err.value.pivot == 10
 
 
@@ -247,3 +256,43 @@ def test_training_inputs_as_test_points_on_a_sharded_model():
         _close(sharded.covariance(), one.covariance())
         _close(jax.jit(lambda p: p.variance())(sharded), one.variance())
         _close(sharded.sample(key, num=2), one.sample(key, num=2), rtol=1e-9)
+
+
+def test_posterior_returned_from_jit_and_passed_to_jit():
+    """The model kernel's part check travelled in the posterior's static data as a closure
+    over the kernel: a posterior returned from jit held a leaked tracer (every kernel=
+    part was refused), and each posterior was a new static value (a jitted function of
+    posteriors retraced for each)."""
+    mesh = jax.make_mesh((2, 4), ("r", "c"))
+    k1 = kernels.ExpSquared(0.5)
+    k = k1 + kernels.Matern52(1.5)
+    X = np.linspace(0, 3, 21)[:, None]
+    y = np.sin(3 * X[:, 0])
+    Xs = np.array([[0.3], [1.7]])
+    Xsh = jax.device_put(X, NamedSharding(mesh, P()))
+    post = jax.jit(lambda g, y: g.condition(y))(gpchol.GaussianProcess(k, Xsh, noise=0.01), y)
+    want = gpchol.GaussianProcess(k, X, noise=0.01).condition(y).mean(Xs, kernel=k1)
+    np.testing.assert_allclose(post.mean(Xs, kernel=k1), want, rtol=1e-10)
+    traces = []
+
+    @jax.jit
+    def f(p, x):
+        traces.append(1)
+        return p.mean(x)
+
+    for i in range(3):
+        f(gpchol.GaussianProcess(k, Xsh, noise=0.01).condition(y * (i + 1)), Xs)
+    assert len(traces) == 1
+
+
+def test_negative_or_nan_noise_is_refused():
+    """A negative noise factored and gave predictive variances below the prior's; NaN gave
+    a 'not positive definite' error whose hint was to raise the noise."""
+    mesh = jax.make_mesh((2, 4), ("r", "c"))
+    k = kernels.ExpSquared(0.1)
+    X = np.arange(10.0)[:, None] * 5
+    for noise in (-0.5, np.nan, np.array([0.1] * 9 + [-1.0])):
+        with pytest.raises(ValueError, match=r"noise .* must be finite and >= 0"):
+            gd.condition(k, k, X, np.ones(10), noise=noise, mesh=mesh)
+        with pytest.raises(ValueError, match=r"noise .* must be finite and >= 0"):
+            gd.gaussian_log_likelihood(k, k, X, np.ones(10), noise, mesh)

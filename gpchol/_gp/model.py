@@ -719,7 +719,7 @@ class GaussianProcess(AttrPytree):
                 T_A=self.tile_size,
                 block_size=block_size,
                 check=check,
-                part_check=partial(model_part, self.kernel),
+                part_check=model_part,  # (params = self.kernel, part)
             )
         if not isinstance(y, (jax.Array, np.ndarray)):
             y = np.asarray(y)  # a list or a number: one argument, not a pytree of them

@@ -18,11 +18,17 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
-from gpchol._base.validate import check_finite_rows, check_int, check_scalar_or_vector
+from gpchol._base.validate import (
+    check_finite_rows,
+    check_int,
+    check_scalar_or_vector,
+    is_concrete,
+)
 from gpchol._linalg.gaussian import LOG_2PI
 from gpchol.distributed import _api, _local
 
@@ -268,6 +274,14 @@ def noise_vector(noise: ArrayLike, n: int, dtype: Any, name: str = "noise") -> j
     """``noise`` (a scalar or ``(n,)`` variance) as ``(n,)``; differentiable (a broadcast)."""
     v = jnp.asarray(noise, dtype)
     check_scalar_or_vector(v.shape, n, f"{name} (the observation-noise variance)", "per point")
+    if is_concrete(v):
+        a = np.asarray(v)
+        if not (np.all(np.isfinite(a)) and np.all(a >= 0)):
+            # a negative noise factored fine and gave variances below the prior's
+            raise ValueError(
+                f"{name} (the observation-noise variance) must be finite and >= 0; got "
+                f"{a if a.ndim == 0 else 'an array with negative or non-finite values'}."
+            )
     return jnp.broadcast_to(v, (n,))
 
 

@@ -105,7 +105,7 @@ class ShardedPosterior(core.Predictions):
         status: jax.Array,
         jitter_used: jax.Array,
         block_size: int | None,
-        part_check: Callable[[Any], Any] | None = None,
+        part_check: Callable[[Any, Any], Any] | None = None,
     ) -> None:
         self.setup = setup
         self.params = params
@@ -164,7 +164,7 @@ class ShardedPosterior(core.Predictions):
         part of the model is checked by ``part_check`` where the caller gave one (this
         layer knows no kernels)."""
         if kernel is not None and self.part_check is not None:
-            kernel = self.part_check(kernel)  # None: the part is the whole model
+            kernel = self.part_check(self.params, kernel)  # None: the whole model
         return dict(
             dtype=self.X.dtype,
             part=kernel,
@@ -312,7 +312,7 @@ def condition(
     axes: tuple[str | None, str | None] | None = None,
     block_size: int | None = None,
     check: bool = False,
-    part_check: Callable[[Any], Any] | None = None,
+    part_check: Callable[[Any, Any], Any] | None = None,
 ) -> ShardedPosterior:
     r"""Condition a GP on ``y`` across a mesh; the factor is kept in its sharded tiles.
 
@@ -338,9 +338,13 @@ def condition(
         check: raise :class:`gpchol.NotPositiveDefiniteError` when the factorization
             fails (needs concrete values, outside ``jit``); without it the predictions
             are NaN and ``status`` says why.
-        part_check: optional ``part -> part or None``, called on every ``kernel=`` of
-            the predictions (the GP layer passes its check that ``part`` is a part of the
-            model; ``None`` returned means the whole model).
+        part_check: optional ``(params, part) -> part or None``, called on every
+            ``kernel=`` of the predictions with the posterior's ``params`` (the GP layer
+            passes its check that ``part`` is a part of the model kernel, ``params``;
+            ``None`` returned means the whole model). A module-level function, static in
+            the posterior's pytree: a closure over the model would be traced with it by
+            ``jit`` (and leak), and a new one per call would retrace every jitted user of
+            the posterior.
 
     Returns:
         A :class:`ShardedPosterior`.
