@@ -73,7 +73,7 @@ from numpyro.distributions.util import lazy_property, validate_sample
 from gpchol._base.validate import as_inputs, check_jitter, check_scalar_or_vector, is_concrete
 from gpchol._gp import GaussianProcess, Posterior
 from gpchol._linalg.backends import Backend, array_platform, prepare
-from gpchol._linalg.blocks import mT, symmetrize
+from gpchol._linalg.blocks import mT, symmetric_part
 from gpchol._linalg.cholesky import guarded_chol
 from gpchol._linalg.gaussian import LOG_2PI, DenseCovariance, GaussianRule, gaussian_loglik
 from gpchol._linalg.solve import cho_inverse, solve_triangular
@@ -88,7 +88,7 @@ __all__ = ["GaussianProcessMarginal", "MultivariateNormal", "latent_gp"]
 @partial(jax.jit, static_argnums=(1, 2))
 def _factor_jit(a: jax.Array, backend: Backend, nb: int | None) -> tuple[jax.Array, jax.Array]:
     # One compiled program per shape in eager use (inlined under an outer jit).
-    return guarded_chol(symmetrize(a), backend, nb)
+    return guarded_chol(symmetric_part(a), backend, nb)
 
 
 def _factor(a: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -228,7 +228,7 @@ def _whole_program(
     # float64 values is a float64 density)
     dtype = jnp.result_type(cov, value, loc)
     r = jnp.broadcast_to(value - loc, batch_shape + (n,)).astype(dtype)
-    cov = symmetrize(cov).astype(dtype)
+    cov = symmetric_part(cov).astype(dtype)
     return gaussian_loglik(DenseCovariance(cov, symmetric=True), r, rule)[0]
 
 

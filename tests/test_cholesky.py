@@ -239,6 +239,58 @@ def test_gradient_through_jitter(rng):
     np.testing.assert_allclose(g1, g2, rtol=1e-10)
 
 
+@pytest.mark.parametrize("backend", ["xla", "tiled"])
+def test_reverse_gradient_where_a_jitter_attempt_failed(backend):
+    """The zero cotangent sent back to a discarded (failed) attempt ran Murray's adjoint on
+    its NaN factor: 0 * NaN made the whole gradient NaN (forward mode was right)."""
+    a = np.array([[1.0, 1.0], [1.0, 1.0 - 1e-3]])  # not PD; a + 1e-2 I is
+
+    def f(x):
+        return jnp.sum(gpchol.cholesky(x, jitter=(0.0, 1e-2), backend=backend))
+
+    def ref(x):
+        return jnp.sum(jnp.linalg.cholesky(x + 1e-2 * jnp.eye(2)))
+
+    np.testing.assert_allclose(jax.grad(f)(a), jax.grad(ref)(a), rtol=1e-12)
+    t = np.eye(2)
+    np.testing.assert_allclose(jax.jvp(f, (a,), (t,))[1], jax.jvp(ref, (a,), (t,))[1], rtol=1e-12)
+    batch = np.stack([a, 2.0 * np.eye(2)])  # one element needs the jitter, one does not
+    g = jax.grad(lambda x: jnp.sum(gpchol.cholesky(x, jitter=(0.0, 1e-2), backend=backend)))(batch)
+    np.testing.assert_allclose(g[0], jax.grad(ref)(a), rtol=1e-12)
+    want = jax.grad(lambda x: jnp.sum(jnp.linalg.cholesky(x)))(2.0 * np.eye(2))
+    np.testing.assert_allclose(g[1], want, rtol=1e-12)
+    # every attempt failed: the factor is NaN, its reverse derivative zero (not NaN)
+    hopeless = np.array([[1.0, 2.0], [2.0, 1.0]])
+    assert np.all(np.isnan(gpchol.cholesky(hopeless, jitter=(0.0, 1e-2), backend=backend)))
+    assert np.all(jax.grad(f)(hopeless) == 0.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("backend", ["auto", "xla", "tiled"])
+def test_entries_near_the_largest_number(backend, dtype):
+    """(A + A^T) / 2 overflowed for entries above half the dtype's largest number: a
+    finite SPD matrix factored to inf with status 0."""
+    big = np.finfo(dtype).max
+    a = (np.array([[0.9, 0.3], [0.3, 0.8]]) * big).astype(dtype)
+    L, status = gpchol.cholesky_with_status(a, backend=backend)
+    assert int(status) == 0
+    np.testing.assert_allclose(L, np.linalg.cholesky(a.astype(np.float64)), rtol=1e-6)
+
+
+def test_a_factor_that_failed_where_the_status_search_did_not_is_refactored():
+    """XLA's potrf (OpenBLAS, threaded) can fail on a matrix within rounding of singular
+    that the status search's one-thread potrf factors: the factor is then the search's,
+    never NaN with status 0 (found by a review on random rank-deficient matrices)."""
+    from gpchol._internal import host_lapack
+
+    a = jnp.asarray(np.array([[4.0, 2.0], [2.0, 3.0]]))
+    nan = jnp.full((2, 2), jnp.nan)
+    out = host_lapack.refactor_where(jnp.asarray(True), lambda: a, nan, jnp.linalg.cholesky)
+    np.testing.assert_allclose(out, np.linalg.cholesky(np.asarray(a)), rtol=1e-15)
+    kept = host_lapack.refactor_where(jnp.asarray(False), lambda: a, nan, jnp.linalg.cholesky)
+    assert np.all(np.isnan(kept))
+
+
 # ---------------------------------------------------------------------------- bad input
 
 

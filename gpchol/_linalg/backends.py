@@ -15,13 +15,12 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 from jax.typing import DTypeLike
 
 from gpchol._base.validate import as_float_array, check_square, check_tile_size
 from gpchol._linalg.adjoint import chol_rev_blocked
 from gpchol._linalg.blocks import default_tile_size, mT, nan_where_failed
-from gpchol._linalg.host_lapack import factor_cpu_large
+from gpchol._linalg.host_lapack import factor_cpu_large, refactor_where
 from gpchol._linalg.status import exact_status, near_failure
 from gpchol._linalg.tiled import tiled_factor
 from gpchol._linalg.triangular import cholesky
@@ -55,7 +54,10 @@ def potrf_xla(
     def xla(a: jax.Array) -> tuple[jax.Array, jax.Array]:
         L = cholesky(a)
         failed = ~jnp.all(jnp.isfinite(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
-        status = exact_status(failed, rebuild or (lambda: a), nb)
+        again = rebuild or (lambda: a)
+        status = exact_status(failed, again, nb)
+        # failed on OpenBLAS's threads, not in the search: take the search's factor
+        L = refactor_where(failed & (status == 0), again, L, cholesky)
         # XLA's failed factor is NaN in its lower triangle only; make the whole matrix
         # NaN, like the other backends.
         return nan_where_failed(L, status), status
@@ -84,16 +86,7 @@ def potrf_tiled_exact(
     W, failed, locate, diag = tiled_factor(a, nb)
     suspect = failed | near_failure(W, diag)
     status = exact_status(suspect, again, nb, fallback=locate)
-    redo = failed & (status == 0)
-    W = lax.cond(
-        jnp.any(redo),
-        lambda: jnp.where(
-            redo[..., None, None],
-            cholesky(lax.stop_gradient(again())),
-            W,
-        ),
-        lambda: W,
-    )
+    W = refactor_where(failed & (status == 0), again, W, cholesky)
     return nan_where_failed(W, status), status
 
 

@@ -17,7 +17,26 @@ from gpchol._linalg.triangular import trsm as trsm
 
 
 def symmetrize(a: jax.Array) -> jax.Array:
+    """``(a + a^T) / 2``: linear (the tangents' projection onto symmetric matrices)."""
     return 0.5 * (a + mT(a))
+
+
+@jax.custom_jvp
+def symmetric_part(a: jax.Array) -> jax.Array:
+    """``(a + a^T) / 2`` of an input matrix, without overflow: ``a`` itself where it is
+    symmetric (infinities included), ``a + (a^T - a) / 2`` elsewhere. ``a + a^T`` overflows
+    for entries above half the dtype's largest number (a finite SPD matrix factored to inf
+    with status 0), and XLA folds ``a/2 + a^T/2`` back into it. Its derivative is
+    :func:`symmetrize` of the tangent."""
+    t = mT(a)
+    return jnp.where(a == t, a, a + 0.5 * (t - a))
+
+
+@symmetric_part.defjvp
+def _symmetric_part_jvp(
+    primals: tuple[jax.Array], tangents: tuple[jax.Array]
+) -> tuple[jax.Array, jax.Array]:
+    return symmetric_part(primals[0]), symmetrize(tangents[0])
 
 
 def potrf_tile(t: jax.Array) -> jax.Array:

@@ -33,7 +33,7 @@ from jax.typing import ArrayLike
 
 from gpchol._base.validate import check_jitter
 from gpchol._linalg.backends import Backend, prepare
-from gpchol._linalg.blocks import mT, symmetrize
+from gpchol._linalg.blocks import mT, symmetric_part, symmetrize
 from gpchol._linalg.triangular import chol_tangent
 
 __all__ = [
@@ -63,7 +63,7 @@ def chol(
     if a.shape[-1] == 0:
         return a, jnp.zeros(a.shape[:-2], jnp.int32)
     if symmetrize_input:
-        return backend.forward(symmetrize(a), nb, rebuild=lambda: symmetrize(a))
+        return backend.forward(symmetric_part(a), nb, rebuild=lambda: symmetric_part(a))
     return backend.forward(a, nb)
 
 
@@ -139,6 +139,30 @@ def _guarded_chol_jvp(
     return (Ls, ok), (_mask(ok, L_dot, 0.0), np.zeros(ok.shape, jax.dtypes.float0))
 
 
+@partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def masked_chol(a: jax.Array, backend: Backend, nb: int | None) -> tuple[jax.Array, jax.Array]:
+    """:func:`chol` (a failed factor all NaN), whose derivative is masked where the factor
+    failed: NaN there in forward mode, an exact zero in reverse mode.
+
+    For a jitter schedule, whose failed attempts a ``where`` discards: with :func:`chol`'s
+    own rule the zero cotangent sent back to a discarded attempt ran Murray's adjoint on
+    its NaN factor, and ``0 * NaN`` made the whole gradient NaN.
+    """
+    return chol(a, backend, nb)
+
+
+@masked_chol.defjvp
+def _masked_chol_jvp(
+    backend: Backend, nb: int | None, primals: tuple[jax.Array], tangents: tuple[jax.Array]
+) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, Any]]:  # Any: a float0 array
+    (a,), (a_dot,) = primals, tangents
+    L, status = chol(a, backend, nb)
+    ok = status == 0
+    eye = jnp.eye(a.shape[-1], dtype=a.dtype)
+    L_dot = linear_chol_tangent(_mask(ok, L, eye), _mask(ok, a_dot, 0.0), backend, nb)
+    return (L, status), (_mask(ok, L_dot, jnp.nan), np.zeros(status.shape, jax.dtypes.float0))
+
+
 def first_factoring(
     attempt: Callable[[float], tuple[jax.Array, ...]],
     schedule: tuple[float, ...],
@@ -173,13 +197,15 @@ def factor_with_jitter(
     """Try ``a + j I`` for each ``j`` in ``jitter`` in order; keep the first that succeeds.
 
     Returns ``(L, status, jitter_used)``. With several batch elements each keeps its own
-    first successful jitter. Differentiable (a chain of ``lax.cond`` / ``where``).
+    first successful jitter. Differentiable (a chain of ``lax.cond`` / ``where``); where
+    every jitter failed, the factor is NaN and its reverse-mode derivative zero
+    (:func:`masked_chol`).
     """
     eye = jnp.eye(a.shape[-1], dtype=a.dtype)
 
     def attempt(j: float) -> tuple[jax.Array, ...]:
         jv = jnp.asarray(j, a.dtype)
-        return (*chol(a + jv * eye, backend, nb), jnp.full(a.shape[:-2], jv))
+        return (*masked_chol(a + jv * eye, backend, nb), jnp.full(a.shape[:-2], jv))
 
     L, status, used = first_factoring(attempt, jitter, 1, per_element=True)
     return L, status, used
@@ -207,4 +233,4 @@ def _factor_program(
 ) -> tuple[jax.Array, ...]:
     if jitters is None:
         return chol(x, be, nb, True)
-    return factor_with_jitter(symmetrize(x), be, nb, jitters)
+    return factor_with_jitter(symmetric_part(x), be, nb, jitters)

@@ -29,6 +29,7 @@ __all__ = [
     "chol_solve_cpu",
     "compiled_lapack",
     "factor_cpu_large",
+    "refactor_where",
 ]
 
 #: Above this order :func:`factor_cpu_large` factors on the CPU by the handlers (halving)
@@ -121,3 +122,34 @@ def factor_cpu_large(
 
     out: tuple[jax.Array, jax.Array] = platform_dependent(a, cpu=host, default=default)
     return out
+
+
+def refactor_where(
+    redo: jax.Array,
+    again: Callable[[], jax.Array],
+    L: jax.Array,
+    default: Callable[[jax.Array], jax.Array],
+) -> jax.Array:
+    """``L`` with the factor of ``again()`` where ``redo``: by the handlers on the CPU
+    (the status search's own ``potrf``, on its thread policy), ``default(again())``
+    elsewhere. Runs only when some element is to be redone (one ``lax.cond``).
+
+    For a factor that failed where the status search, LAPACK's ``info``, says the matrix
+    factors: a matrix within rounding of singular can fail on OpenBLAS's threads and not on
+    one (the search's, up to ``one_thread_max_n``), and the factor must agree with the
+    status.
+    """
+
+    def fix() -> jax.Array:
+        a = jax.lax.stop_gradient(again())
+
+        def host(a: jax.Array) -> jax.Array:
+            return cpu_ffi.chol_solve(a, jnp.zeros(a.shape[:-1], a.dtype))[0]
+
+        if _handled(a):
+            new = platform_dependent(a, cpu=host, default=default)
+        else:
+            new = default(a)
+        return jnp.where(redo[..., None, None], new.astype(L.dtype), L)
+
+    return jax.lax.cond(jnp.any(redo), fix, lambda: L)

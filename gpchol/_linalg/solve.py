@@ -14,7 +14,7 @@ from jax.typing import ArrayLike
 
 from gpchol._base.validate import as_float_array, check_square, check_tile_size
 from gpchol._linalg.backends import Backend, array_platform, prepare
-from gpchol._linalg.blocks import default_tile_size, symmetrize, trsm
+from gpchol._linalg.blocks import default_tile_size, symmetric_part, trsm
 from gpchol._linalg.cholesky import chol
 from gpchol._linalg.gaussian import DenseCovariance, GaussianRule, gaussian_loglik, gaussian_value
 from gpchol._linalg.inverse import inverse_from_factor
@@ -274,7 +274,7 @@ def _mvn_program(
 ) -> jax.Array:
     y, mean, cov = _common_dtype(y, mean, cov)
     r = y - mean
-    cov = symmetrize(cov)
+    cov = symmetric_part(cov)
     n = cov.shape[-1]
     if n == 0:
         return jnp.zeros(jnp.broadcast_shapes(r.shape[:-1], cov.shape[:-2]), cov.dtype)
