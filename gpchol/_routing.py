@@ -15,7 +15,7 @@ import jax
 from jax.sharding import NamedSharding
 from jax.typing import ArrayLike
 
-from gpchol._base.validate import check_jitter, is_concrete
+from gpchol._base.validate import check_jitter, is_concrete, replicated_if_explicit
 from gpchol._linalg.backends import Backend
 from gpchol._linalg.cholesky import factor_with_status
 from gpchol._linalg.status import pivot_rcond, raise_if_failed
@@ -112,8 +112,9 @@ def cholesky_with_status(
         out = maybe_sharded_cholesky(a, tile_size)
     if out is None:
         out = factor_with_status(a, tile_size=tile_size, backend=backend, jitter=jitter)
-    if rcond:
-        out = (*out, pivot_rcond(jax.lax.stop_gradient(out[0])))
+    if rcond:  # (a sharded factor over Explicit axes is gathered for its diagonal)
+        L = replicated_if_explicit(jax.lax.stop_gradient(out[0]))
+        out = (*out, pivot_rcond(L))
     return out
 
 

@@ -527,3 +527,28 @@ def test_potrs_promotes_like_cho_solve(rng):
     assert x.dtype == np.float64
     np.testing.assert_allclose(x, np.linalg.solve(A, b), rtol=1e-5)
     assert gd.potrs(L, b.astype(np.float32), 2, mesh).dtype == np.float32
+
+
+def test_one_device_functions_take_inputs_sharded_over_explicit_axes(rng):
+    """jax.make_mesh's default (Explicit) axes: what is not routed to the sharded
+    factorization (a jitter schedule, another backend, rcond, the solves) raised
+    ShardingTypeError (P('r','c') + P('c','r'), a diagonal's gather); it is computed on
+    the replicated input, as on Auto axes."""
+    mesh = _mesh((2, 2))
+    A = random_spd(rng, 8)
+    b = rng.standard_normal(8)
+    a = _put(A, mesh)
+    ref = np.linalg.cholesky(A)
+    L, status, rc = gpchol.cholesky_with_status(a, rcond=True)
+    assert int(status) == 0
+    np.testing.assert_allclose(L, ref, atol=1e-12)
+    d = np.diag(ref)
+    np.testing.assert_allclose(rc, (d.min() / d.max()) ** 2, rtol=1e-12)
+    np.testing.assert_allclose(
+        gpchol.cholesky(a, jitter=1e-6), np.linalg.cholesky(A + 1e-6 * np.eye(8)), atol=1e-12
+    )
+    np.testing.assert_allclose(gpchol.cholesky(a, backend="xla"), ref, atol=1e-12)
+    Ls = _put(ref, mesh)
+    np.testing.assert_allclose(gpchol.logdet(Ls), np.linalg.slogdet(A)[1], rtol=1e-12)
+    np.testing.assert_allclose(gpchol.cho_solve(Ls, b), np.linalg.solve(A, b), rtol=1e-10)
+    np.testing.assert_allclose(gpchol.solve_triangular(Ls, b), np.linalg.solve(ref, b), rtol=1e-10)

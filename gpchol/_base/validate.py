@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 from jax.typing import ArrayLike
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -39,6 +40,26 @@ def as_float_array(x: Any, name: str) -> jax.Array:
             f"Convert it first, e.g. `{name}.astype(jnp.float32)`."
         )
     return x if isinstance(x, jnp.ndarray) else jnp.asarray(x)
+
+
+def replicated_if_explicit(x: jax.Array) -> jax.Array:
+    """``x`` replicated over its mesh when it is sharded over *Explicit* mesh axes
+    (``jax.make_mesh``'s default); anything else as it is.
+
+    The one-device algorithms mix ``x`` with its transpose and take diagonals, which JAX
+    refuses for arrays whose type carries a sharding (``P('r', 'c') + P('c', 'r')``); on
+    Auto axes JAX gathers by itself. Used where a sharded input is not routed to
+    :mod:`gpchol.distributed` (a jitter schedule, another backend, the solves).
+    """
+    s = getattr(x, "sharding", None)
+    if not isinstance(s, NamedSharding):
+        s = getattr(getattr(x, "aval", None), "sharding", None)
+    if not isinstance(s, NamedSharding) or all(p is None for p in s.spec):
+        return x
+    types = getattr(s.mesh, "axis_types", ())
+    if not any(t == jax.sharding.AxisType.Explicit for t in types):
+        return x
+    return jax.sharding.reshard(x, NamedSharding(s.mesh, P()))
 
 
 def residual_dtype(x_dtype: Any, y_dtype: Any) -> Any:

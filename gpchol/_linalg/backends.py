@@ -17,7 +17,12 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from gpchol._base.validate import as_float_array, check_square, check_tile_size
+from gpchol._base.validate import (
+    as_float_array,
+    check_square,
+    check_tile_size,
+    replicated_if_explicit,
+)
 from gpchol._linalg.adjoint import chol_rev_blocked
 from gpchol._linalg.blocks import default_tile_size, mT, nan_where_failed
 from gpchol._linalg.host_lapack import factor_cpu_large, refactor_where
@@ -227,7 +232,7 @@ def prepare(
     For the CUDA backend a tile size the user did not give stays ``None``: the kernels then
     pick their own (one cuSOLVER call for the forward pass, a GPU-sized adjoint block).
     """
-    x = as_float_array(a, name)
+    x = replicated_if_explicit(as_float_array(a, name))
     check_square(x, name)
     nb = check_tile_size(tile_size)
     be = resolve_backend(choice, x)

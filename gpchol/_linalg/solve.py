@@ -12,7 +12,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from gpchol._base.validate import as_float_array, check_square, check_tile_size
+from gpchol._base.validate import as_float_array as _as_float
+from gpchol._base.validate import check_square, check_tile_size, replicated_if_explicit
 from gpchol._linalg.backends import Backend, array_platform, prepare
 from gpchol._linalg.blocks import default_tile_size, symmetric_part, trsm
 from gpchol._linalg.cholesky import chol
@@ -22,10 +23,16 @@ from gpchol._linalg.inverse import inverse_from_factor
 __all__ = ["cho_inverse", "cho_solve", "logdet", "mvn_logpdf", "solve_triangular"]
 
 
+def _one_device(x: object, name: str) -> jax.Array:
+    """A float array on one device's terms (replicated when sharded over Explicit mesh
+    axes, which the one-device algorithms cannot mix with their transposes)."""
+    return replicated_if_explicit(_as_float(x, name))
+
+
 def _rhs(L: jax.Array, b: ArrayLike, name: str = "b") -> tuple[jax.Array, bool]:
     """Validate ``b`` against ``L``; return ``(b, is_vector)`` (a vector is solved as
     ``b[..., None]``)."""
-    b = as_float_array(b, name)
+    b = _one_device(b, name)
     n = L.shape[-1]
     if b.ndim == 0:
         raise ValueError(f"{name} must have shape (..., n) or (..., n, k); got a scalar.")
@@ -60,7 +67,7 @@ def _operand(x: object, name: str) -> jax.Array:
         # a Python number passed through ``jit`` (a weakly typed scalar, an int one too)
         if jnp.issubdtype(x.dtype, jnp.integer):
             return x + 0.0  # a weak float
-    return as_float_array(x, name)
+    return _one_device(x, name)
 
 
 def _common_dtype(*xs: jax.Array) -> tuple[jax.Array, ...]:
@@ -92,7 +99,7 @@ def solve_triangular(
         >>> gpchol.solve_triangular(L, jnp.array([2.0, 3.0])).tolist()
         [1.0, 2.0]
     """
-    L = as_float_array(L, "L")
+    L = _one_device(L, "L")
     check_square(L, "L")
     b, vec = _rhs(L, b)
     return _solve_program(L, b, lower, transpose, vec)
@@ -115,7 +122,7 @@ def cho_solve(L: ArrayLike, b: ArrayLike) -> jax.Array:
         >>> bool(jnp.allclose(a @ x, jnp.array([1.0, 2.0]), atol=1e-6))
         True
     """
-    L = as_float_array(L, "L")
+    L = _one_device(L, "L")
     check_square(L, "L")
     b, vec = _rhs(L, b)
     return _cho_solve_program(L, b, vec)
@@ -136,7 +143,7 @@ def logdet(L: ArrayLike) -> jax.Array:
         >>> round(float(gpchol.logdet(L)), 5)  # log(8)
         2.07944
     """
-    L = as_float_array(L, "L")
+    L = _one_device(L, "L")
     check_square(L, "L")
     return _logdet_program(L)
 
@@ -161,7 +168,7 @@ def cho_inverse(L: ArrayLike, *, tile_size: int | None = None) -> jax.Array:
         >>> bool(jnp.allclose(inv @ a, jnp.eye(2), atol=1e-6))
         True
     """
-    L = as_float_array(L, "L")
+    L = _one_device(L, "L")
     check_square(L, "L")
     nb = check_tile_size(tile_size) or default_tile_size(L.shape[-1], L.dtype)
     if L.shape[-1] == 0:
@@ -220,7 +227,7 @@ def mvn_logpdf(
     if gradient not in ("auto", "whole", "composed"):
         raise ValueError(f"gradient must be 'auto', 'whole' or 'composed'; got {gradient!r}.")
     cov, nb, be = prepare(cov, tile_size, backend, name="cov")
-    y = as_float_array(y, "y")
+    y = _one_device(y, "y")
     mean = _operand(mean, "mean")
     n = cov.shape[-1]
     if y.ndim == 0 or y.shape[-1] != n:
