@@ -294,6 +294,13 @@ def test_a_factor_that_failed_where_the_status_search_did_not_is_refactored():
 # ---------------------------------------------------------------------------- bad input
 
 
+@pytest.mark.parametrize("jitter", ["1e-3", True, (0.0, "1e-3"), (False, 1e-3)])
+def test_jitter_that_is_not_a_number_is_refused(jitter):
+    # float("1e-3") and float(True) are numbers to Python: a string or a bool was taken
+    with pytest.raises(TypeError, match="jitter values must be real numbers"):
+        gpchol.cholesky(np.eye(2), jitter=jitter)
+
+
 @pytest.mark.parametrize(
     "arg, kwargs, exc, match",
     [

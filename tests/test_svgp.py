@@ -815,3 +815,12 @@ def test_bad_inputs_and_integer_variational_parameters():
     np.testing.assert_allclose(g_int.q_sqrt, g_float.q_sqrt, rtol=1e-12)
     assert "M=None" in repr(jax.tree.map(lambda a: jnp.abs(a).max(), g_float))
     assert np.isfinite(jax.jit(SVGP.elbo)(model(), X, y))  # a traced noise is not read
+
+
+def test_a_batch_larger_than_num_data_is_refused():
+    X = np.linspace(0, 1, 10)[:, None]
+    m = SVGP(
+        kernels.ExpSquared(0.3), inducing=X[::3], likelihood=likelihoods.Gaussian(0.1), num_data=5
+    )
+    with pytest.raises(ValueError, match="minibatch has 10 rows but num_data = 5"):
+        m.elbo(X, np.sin(X[:, 0]))

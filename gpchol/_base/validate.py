@@ -288,6 +288,8 @@ def check_jitter(jitter: object, *, schedule: bool = True) -> tuple[float, ...] 
         raise ValueError("jitter must be a float or a non-empty tuple of floats.")
     out = []
     for v in values:
+        if isinstance(v, (str, bytes, bool, np.bool_)):  # float("1e-3") and float(True) work
+            raise TypeError(f"jitter values must be real numbers; got {v!r}.")
         try:
             f = float(v)  # type: ignore[arg-type]
         except (TypeError, ValueError):

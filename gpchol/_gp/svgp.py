@@ -305,6 +305,12 @@ class SVGP(AttrPytree):
                 f"y must have shape ({X.shape[0]},), one value per row of X; got shape "
                 f"{tuple(y.shape)}."
             )
+        if X.shape[0] > self.num_data:  # the data term would be scaled by less than 1
+            raise ValueError(
+                f"the minibatch has {X.shape[0]} rows but num_data = {self.num_data}: "
+                "num_data is the number of observations the minibatches are drawn from "
+                "(at least any batch); pass num_data=len(X_train)."
+            )
         self.likelihood.check_y(y)
         return X, y
 
