@@ -115,31 +115,6 @@ def _mask(ok: jax.Array, x: jax.Array, fill: ArrayLike) -> jax.Array:
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(1, 2))
-def guarded_chol(a: jax.Array, backend: Backend, nb: int | None) -> tuple[jax.Array, jax.Array]:
-    """``(L_safe, ok)`` of a symmetric ``a``: ``L`` where it factors, the identity where not.
-
-    For samplers (NumPyro): primal :func:`chol`; derivative the same linear map
-    (:func:`linear_chol_tangent`) evaluated at ``L_safe`` and masked by ``ok`` on both
-    sides, so that a failed element contributes an exact zero and never a NaN
-    (``0 * NaN`` would be NaN).
-    """
-    L, status = chol(a, backend, nb)
-    ok = status == 0
-    eye = jnp.eye(a.shape[-1], dtype=a.dtype)
-    return _mask(ok, L, eye), ok
-
-
-@guarded_chol.defjvp
-def _guarded_chol_jvp(
-    backend: Backend, nb: int | None, primals: tuple[jax.Array], tangents: tuple[jax.Array]
-) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, Any]]:  # Any: a float0 array
-    (a,), (a_dot,) = primals, tangents
-    Ls, ok = guarded_chol(a, backend, nb)
-    L_dot = linear_chol_tangent(Ls, _mask(ok, a_dot, 0.0), backend, nb)
-    return (Ls, ok), (_mask(ok, L_dot, 0.0), np.zeros(ok.shape, jax.dtypes.float0))
-
-
-@partial(jax.custom_jvp, nondiff_argnums=(1, 2))
 def masked_chol(a: jax.Array, backend: Backend, nb: int | None) -> tuple[jax.Array, jax.Array]:
     """:func:`chol` (a failed factor all NaN), whose derivative is masked where the factor
     failed: NaN there in forward mode, an exact zero in reverse mode.
@@ -161,6 +136,19 @@ def _masked_chol_jvp(
     eye = jnp.eye(a.shape[-1], dtype=a.dtype)
     L_dot = linear_chol_tangent(_mask(ok, L, eye), _mask(ok, a_dot, 0.0), backend, nb)
     return (L, status), (_mask(ok, L_dot, jnp.nan), np.zeros(status.shape, jax.dtypes.float0))
+
+
+def guarded_chol(a: jax.Array, backend: Backend, nb: int | None) -> tuple[jax.Array, jax.Array]:
+    """``(L_safe, ok)`` of a symmetric ``a``: ``L`` where it factors, the identity where not.
+
+    For samplers (NumPyro): :func:`masked_chol` with the failed elements replaced, so that
+    a failed element's derivative is an exact zero in both modes, never a NaN (``0 * NaN``
+    would be NaN).
+    """
+    L, status = masked_chol(a, backend, nb)
+    ok = status == 0
+    eye = jnp.eye(a.shape[-1], dtype=a.dtype)
+    return _mask(ok, L, eye), ok
 
 
 def first_factoring(
