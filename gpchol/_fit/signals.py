@@ -16,6 +16,7 @@ ignored (``SIG_IGN``) stay ignored; outside the main thread nothing is installed
 Example:
     >>> import signal
     >>> from gpchol._fit.signals import FitInterrupted, SignalGuard
+    >>> old = signal.signal(signal.SIGINT, signal.default_int_handler)  # not ignored
     >>> with SignalGuard() as guard:
     ...     signal.raise_signal(signal.SIGINT)  # recorded, not raised
     ...     try:
@@ -23,6 +24,7 @@ Example:
     ...     except FitInterrupted as e:
     ...         print(type(e).__mro__[1].__name__, "-", str(e).split(":")[0])
     KeyboardInterrupt - fit stopped by SIGINT between two steps
+    >>> _ = signal.signal(signal.SIGINT, old)
 """
 
 from __future__ import annotations
