@@ -13,6 +13,7 @@ from gpchol import (
     to_constrained,
     to_unconstrained,
 )
+from gpchol._base.transforms import LogPositive
 from gpchol._internal import Below
 
 
@@ -109,6 +110,30 @@ def test_inverse_works_under_jit_without_checks():
 def test_values_outside_the_domain_raise(t, bad, pattern):
     with pytest.raises(ValueError, match=pattern):
         t.inverse(bad)
+
+
+@pytest.mark.parametrize(
+    ("t", "value"),
+    [
+        (Bounded(0.0, 1.0), 0.99999999),
+        (Bounded(0.1, 0.3), 0.10000000001),
+        (Positive(), 1e-50),
+        (LogPositive(), 1e-46),
+        (Below(1.0), 0.99999999),
+    ],
+)
+def test_values_inside_that_round_onto_the_boundary_in_float32_raise(t, value):
+    # Inside the domain in float64, on its boundary in float32: the inverse was +-inf and a
+    # fit started there could not move. In float64 the same value is fine.
+    with jax.enable_x64(False):
+        with pytest.raises(ValueError, match=r"too close to the boundary .* for float32"):
+            t.inverse(value)
+        with pytest.raises(ValueError, match=r"parameter \['p'\]: value"):
+            to_unconstrained({"p": value}, {"p": t})
+    with jax.enable_x64(True):
+        u = t.inverse(value)
+        assert u.dtype == jnp.float64 and np.isfinite(u)
+        np.testing.assert_allclose(t.forward(u), value, rtol=1e-6)
 
 
 def test_array_error_names_the_offending_entries():

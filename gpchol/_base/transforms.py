@@ -62,16 +62,28 @@ def _describe_bad(arr: np.ndarray, ok: np.ndarray) -> str:
     return f"value(s) {shown}{more} of an array of shape {arr.shape}"
 
 
-def _check_domain(t: Any, c: Any, inside: Any, must: str) -> None:
-    """Raise ``ValueError`` naming the entries of a concrete ``c`` not ``inside(c)`` the
-    domain of the transform ``t``: "... it must {must}"."""
+def _checked_inverse(t: Any, c: Any, inside: Any, must: str, fn: Any) -> jax.Array:
+    """``_elementwise(c, fn)`` for the inverse of the transform ``t``, after a
+    ``ValueError`` naming the entries of a concrete ``c`` not ``inside`` its domain ("... it
+    must {must}"). A value inside that rounds onto the boundary in the computation's dtype
+    (float64 ``0.99999999`` is float32 ``1.0``), or whose unconstrained value is not finite
+    there, is refused as well: a fit started from an infinite value cannot move."""
     arr = _concrete(c)
-    if arr is not None:
-        ok = np.asarray(inside(arr))
-        if not np.all(ok):
-            raise ValueError(
-                f"{_describe_bad(arr, ok)} is outside the domain of {t!r}: it must {must}"
-            )
+    if arr is None:
+        return _elementwise(c, fn)
+    ok = np.asarray(inside(arr))
+    if not np.all(ok):
+        raise ValueError(f"{_describe_bad(arr, ok)} is outside the domain of {t!r}: it must {must}")
+    dtype = _eager_dtype(c)
+    out = _elementwise(c, fn)
+    ok = np.asarray(inside(np.asarray(arr, dtype))) & np.isfinite(np.asarray(out))
+    if not np.all(ok):
+        raise ValueError(
+            f"{_describe_bad(arr, ok)} is too close to the boundary of the domain of {t!r} "
+            f"for {np.dtype(dtype).name} (its unconstrained value would be infinite): give a "
+            "value further inside, or compute in float64"
+        )
+    return out
 
 
 def _check_finite_float(value: Any, name: str) -> float:
@@ -112,15 +124,19 @@ def _as_float(x: Any) -> jax.Array:
     return x
 
 
+def _eager_dtype(x: Any) -> Any:
+    """The floating dtype JAX gives a concrete ``x`` (its own, or JAX's default float)."""
+    dtype = jnp.result_type(x)
+    return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.result_type(float)
+
+
 def _elementwise(x: Any, fn: Any) -> jax.Array:
     """``fn(xp, v)`` on ``x`` as a floating array (JAX's dtype): ``xp = jax.numpy`` when
     ``x`` is traced, else ``numpy`` (eager JAX would compile a program per operation and
     shape at every fit's start and end), the result placed on the device."""
     if isinstance(x, jax.core.Tracer):
         return fn(jnp, _as_float(x))
-    dtype = jnp.result_type(x)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        dtype = jnp.result_type(float)
+    dtype = _eager_dtype(x)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         out = fn(np, np.asarray(x, dtype))
     return jax.device_put(np.asarray(out, dtype))
@@ -195,14 +211,14 @@ class Positive(Transform):
 
     def inverse(self, c: Any) -> jax.Array:
         """Returns the ``u`` with ``forward(u) == c``; ``c`` must be ``> lower``."""
-        _check_domain(
+        return _checked_inverse(
             self,
             c,
             lambda a: a > self.lower,
             f"be > {self.lower} (and not NaN). Give an initial value inside the domain, "
             "or use a different transform (Identity(), Positive(lower=...)).",
+            lambda xp, v: _softplus_inverse(xp, v - self.lower),
         )
-        return _elementwise(c, lambda xp, v: _softplus_inverse(xp, v - self.lower))
 
 
 def _softplus_inverse(xp: Any, y: Any) -> Any:
@@ -241,13 +257,13 @@ class Below(Transform):
 
     def inverse(self, c: Any) -> jax.Array:
         """Returns the ``u`` with ``forward(u) == c``; ``c`` must be ``< high``."""
-        _check_domain(
+        return _checked_inverse(
             self,
             c,
             lambda a: a < self.high,
             f"be < {self.high} (and not NaN). Give an initial value inside the domain.",
+            lambda xp, v: _softplus_inverse(xp, self.high - v),
         )
-        return _elementwise(c, lambda xp, v: _softplus_inverse(xp, self.high - v))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,13 +286,13 @@ class LogPositive(Transform):
     def inverse(self, c: Any) -> jax.Array:
         """``log(c)``, shape ``(...)``; ``c > 0`` (a ``ValueError`` for a concrete value
         outside: ``log 0 = -inf`` would start a fit that cannot move)."""
-        _check_domain(
+        return _checked_inverse(
             self,
             c,
             lambda a: a > 0,
             "be > 0 (and not NaN). Give a positive initial value.",
+            lambda xp, v: xp.log(v),
         )
-        return _elementwise(c, lambda xp, v: xp.log(v))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,14 +337,14 @@ class Bounded(Transform):
 
     def inverse(self, c: Any) -> jax.Array:
         """Returns the ``u`` with ``forward(u) == c``; ``low < c < high`` required."""
-        _check_domain(
+        return _checked_inverse(
             self,
             c,
             lambda a: (a > self.low) & (a < self.high),
             f"lie strictly between {self.low} and {self.high}. Give an initial value inside "
             "the interval, or widen the bounds.",
+            lambda xp, v: xp.log(v - self.low) - xp.log(self.high - v),
         )
-        return _elementwise(c, lambda xp, v: xp.log(v - self.low) - xp.log(self.high - v))
 
 
 def _is_transform_leaf(x: Any) -> bool:
