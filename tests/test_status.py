@@ -403,6 +403,26 @@ def test_error_in_batch_names_first_failing_element(backend):
     assert f"{int(np.count_nonzero(ref))} failed in all" in str(e.value)
 
 
+def test_error_survives_pickle_and_copy():
+    # BaseException pickles as cls(*args), which missed the keyword-only pivot: a process
+    # pool (which pickles what a worker raises) broke instead of handing the error back,
+    # and copy.copy raised TypeError.
+    import copy
+    import pickle
+
+    a = matrix("fail_at_4", 7)
+    with pytest.raises(gpchol.NotPositiveDefiniteError) as e:
+        gpchol.cholesky(a, check=True, jitter=[1e-12])
+    for other in (pickle.loads(pickle.dumps(e.value)), copy.copy(e.value), copy.deepcopy(e.value)):
+        assert type(other) is type(e.value) and str(other) == str(e.value)
+        assert (other.pivot, other.batch_index, other.min_diagonal, other.jitter) == (
+            e.value.pivot,
+            e.value.batch_index,
+            e.value.min_diagonal,
+            e.value.jitter,
+        )
+
+
 def test_error_not_raised_where_lapack_succeeds():
     for n in (7, 65):
         for name in case_ids(n):

@@ -35,3 +35,20 @@ class NotPositiveDefiniteError(np.linalg.LinAlgError):
         self.batch_index = tuple(batch_index)
         self.min_diagonal = min_diagonal
         self.jitter = tuple(jitter)
+
+    def __reduce__(self) -> tuple:
+        # BaseException pickles as ``cls(*args)``, which misses the keyword-only ``pivot``:
+        # without this, the error raised in a worker process (a process pool, joblib) broke
+        # the pool instead of reaching the caller, and ``copy.copy`` failed.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(
+    cls: type[NotPositiveDefiniteError], args: tuple, state: dict
+) -> NotPositiveDefiniteError:
+    """Unpickles a :class:`NotPositiveDefiniteError` (or subclass): its message and its
+    attributes."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
