@@ -271,16 +271,21 @@ class _Writer:
             a = np.asarray(v)
         except Exception as e:  # e.g. a PRNG key array, a deleted buffer
             return self.fail(where, f"its value cannot be read as an array ({e})")
-        if a.dtype == object or a.dtype.kind in "OUSM":
+        if a.dtype.hasobject or a.dtype.kind in "OUSM":
             self.fail(where, f"an array of dtype {a.dtype} is not numeric data")
         a = np.asarray(a, order="C")
         dtype = a.dtype
         stored = a
-        if (
-            dtype.kind == "V"
-            or type(dtype).__module__.startswith("ml_dtypes")
-            or (dtype.type.__module__.startswith("ml_dtypes"))
-        ):
+        extension = type(dtype).__module__.startswith("ml_dtypes") or (
+            dtype.type.__module__.startswith("ml_dtypes")
+        )
+        if dtype.kind == "V" and not extension:  # structured or raw bytes: not read back
+            self.fail(
+                where,
+                f"an array of dtype {dtype} (structured or raw bytes) is not numeric data; "
+                "save its fields as separate arrays",
+            )
+        if extension:
             # bfloat16, float8, ...: NPZ has no such dtype; store the bits
             stored = a.view(np.dtype(f"u{dtype.itemsize}"))
         key = f"a{len(self.arrays)}"

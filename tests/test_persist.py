@@ -14,6 +14,8 @@ import os
 import pathlib
 import stat
 import sys
+import threading
+import time
 from typing import Any
 
 import jax
@@ -560,6 +562,31 @@ def test_bad_file_is_a_clear_error(tmp_path: pathlib.Path, name: str) -> None:
         assert w in msg, msg
 
 
+def test_a_manifest_that_is_not_a_plain_file_is_refused(tmp_path: pathlib.Path) -> None:
+    # a pipe made load wait for a writer forever (the arrays file was checked, not this)
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+
+    def writer() -> None:  # a regression fails here instead of hanging the suite
+        time.sleep(5)
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # no reader: load did not open the pipe
+            pass
+
+    threading.Thread(target=writer, daemon=True).start()
+    with pytest.raises(SaveFileError, match=r"pipe\.json: cannot be read .*not a regular file"):
+        load(fifo)
+
+
+def test_npz_bytes_refuses_object_fields() -> None:
+    # np.savez pickles an object field of a structured dtype: a file load could not read
+    from gpchol._base.io import npz_bytes
+
+    with pytest.raises(TypeError, match=r"'a' has dtype .*Python objects"):
+        npz_bytes({"a": np.zeros(2, dtype=[("f", object)])})
+
+
 def test_unsaveable_objects_are_refused_with_their_place(tmp_path: pathlib.Path) -> None:
     gp = GaussianProcess(kernels.ExpSquared(), jnp.arange(3.0), noise=0.1, mean=jnp.sin)
     with pytest.raises(SaveFileError, match=r"field 'fn' of gpchol.means.Function"):
@@ -572,6 +599,11 @@ def test_unsaveable_objects_are_refused_with_their_place(tmp_path: pathlib.Path)
         save([object()], tmp_path / "d.json")
     with pytest.raises(SaveFileError, match=r"ends in \.npz"):
         save(1.0, tmp_path / "e.npz")
+    # structured dtypes were saved as raw bits that load refused ("bad dtype"), or raised a
+    # bare TypeError (object fields)
+    for i, dtype in enumerate([[("f", float)], [("f", object)], "V8"]):
+        with pytest.raises(SaveFileError, match=r"\['a'\]: an array of dtype .* not numeric"):
+            save({"a": np.zeros(2, dtype)}, tmp_path / f"f{i}.json")
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
 
 

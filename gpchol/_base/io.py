@@ -170,8 +170,10 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     clean: dict[str, Any] = {}
     for k, v in arrays.items():
         a = np.asarray(v)
-        if a.dtype == object:
-            raise TypeError(f"array {k!r} has dtype object; only numeric arrays are stored.")
+        if a.dtype.hasobject:  # object fields of a structured dtype too: np.savez pickles them
+            raise TypeError(
+                f"array {k!r} has dtype {a.dtype} (Python objects); only numeric arrays are stored."
+            )
         clean[k] = a
     np.savez(buf, **clean)
     return buf.getvalue()

@@ -213,6 +213,10 @@ class FileKind:
         if os.path.isdir(path):
             self.fail("directory", path, strerror=os.strerror(errno.EISDIR))
         try:
+            # a plain file only (as the arrays file below): opening a pipe waits for a
+            # writer, and a link to a device never ends or fills memory
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", path)
             with open(path, "rb") as f:
                 raw = f.read()
         except OSError as e:
