@@ -76,8 +76,13 @@ from gpchol._linalg.backends import Backend, array_platform, prepare
 from gpchol._linalg.blocks import mT, symmetric_part
 from gpchol._linalg.cholesky import guarded_chol
 from gpchol._linalg.gaussian import LOG_2PI, DenseCovariance, GaussianRule, gaussian_loglik
+from gpchol._linalg.posterior_core import (
+    SAMPLE_JITTER,
+    relative_factor,
+    relative_jitters,
+    warn_if_failed,
+)
 from gpchol._linalg.solve import cho_inverse, solve_triangular
-from gpchol._routing import cholesky_with_status
 from gpchol.distributed import ShardedPosterior, gaussian_log_likelihood
 from gpchol.kernels import Kernel
 from gpchol.means import as_mean
@@ -555,19 +560,8 @@ def _gp_covariance_of(
 _gp_covariance_program = jax.jit(_gp_covariance_of, static_argnums=(3,))
 
 
-@partial(jax.jit, static_argnums=(1,))
-def _relative_jitter_factor(C: jax.Array, jitter: tuple[float, ...]) -> jax.Array:
-    """Lower factor of an ``(m, m)`` posterior covariance ``C``, with a relative jitter.
-
-    A posterior covariance at nearby test points is numerically singular (the prior is
-    smooth and the data pin it down), so, as :meth:`gpchol.Posterior.sample` does, ``C``
-    is scaled by ``s = max diag C`` and ``C / s + j I`` is factored for the first ``j`` of
-    the schedule that succeeds; the factor of ``C`` is ``sqrt(s) L``. A failed factor is
-    NaN (then so are the draws).
-    """
-    scale = jnp.maximum(jnp.max(jnp.diagonal(C)), jnp.finfo(C.dtype).tiny)
-    Ls = cholesky_with_status(C / scale, jitter=jitter)[0]
-    return jnp.sqrt(scale) * Ls
+# the factor of a posterior covariance with relative jitters, as Posterior.sample's
+_relative_factor_program = jax.jit(relative_factor, static_argnums=(1, 2))
 
 
 def _kl_normal(p: Any, q: Any) -> jax.Array:
@@ -800,7 +794,7 @@ class GaussianProcessMarginal(MultivariateNormal):
         include_noise: bool = False,
         noise: ArrayLike | None = None,
         joint: bool = True,
-        jitter: Any = (1e-10, 1e-8, 1e-6),
+        jitter: Any = SAMPLE_JITTER,
     ) -> Distribution:
         r"""The posterior predictive at test inputs ``Xs`` given ``y``, as a distribution.
 
@@ -826,7 +820,9 @@ class GaussianProcessMarginal(MultivariateNormal):
                 ``Normal(mean, sd).to_event(1)`` from the posterior variances only (no
                 ``m x m`` matrix; enough for pointwise predictive bands).
             jitter: schedule of diagonal jitter, relative to the largest predictive
-                variance, for ``joint=True``.
+                variance, for ``joint=True`` (``"auto"``: as :meth:`gpchol.Posterior.sample`;
+                when every value fails the distribution's draws are NaN, with a
+                ``RuntimeWarning`` outside ``jit``).
 
         Returns:
             A NumPyro distribution with ``event_shape == (m,)``:
@@ -860,10 +856,13 @@ class GaussianProcessMarginal(MultivariateNormal):
                 "(X placed on a device mesh) does not form; pass joint=False for the "
                 "marginals, or X on one device."
             )
-        rel = check_jitter(jitter) or (0.0,)
         mu = post.mean(Xs, kernel=kernel)
         C = post.covariance(Xs, **opts)
-        Ls = _relative_jitter_factor(C, rel) if C.shape[-1] else C
+        rel, eigen = relative_jitters(jitter, C.dtype)
+        Ls = C
+        if C.shape[-1]:
+            Ls, status = _relative_factor_program(C, rel, eigen)
+            warn_if_failed(status, rel, "predictive", stacklevel=2)
         return MultivariateNormal(mu, scale_tril=Ls, validate_args=False)
 
     def predict(
@@ -876,7 +875,7 @@ class GaussianProcessMarginal(MultivariateNormal):
         include_noise: bool = False,
         noise: ArrayLike | None = None,
         joint: bool = True,
-        jitter: Any = (1e-10, 1e-8, 1e-6),
+        jitter: Any = SAMPLE_JITTER,
     ) -> jax.Array:
         """Sample the posterior predictive at ``Xs`` as the NumPyro site ``name``.
 

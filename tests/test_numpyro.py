@@ -588,6 +588,24 @@ def test_predictive_jit_grad_and_failure(rng):
         assert p.event_shape == (0,) and p.sample(jax.random.PRNGKey(0), (2,)).shape == (2, 0)
 
 
+def test_float32_joint_predictive_of_a_covariance_singular_to_rounding():
+    # As Posterior.sample (tests/test_posterior.py): the default jitters were under float32's
+    # rounding, so the joint predictive's scale_tril and draws were NaN.
+    with jax.enable_x64(False):
+        X = jnp.linspace(0.0, 1.0, 100)
+        gp = gnp.GaussianProcessMarginal(kernels.ExpSquared(0.5), X, noise=1e-2)
+        Xs = jnp.linspace(0.0, 1.0, 200)
+        p = gp.predictive(jnp.sin(X), Xs)
+        L = np.asarray(p.scale_tril, np.float64)
+        assert np.all(np.isfinite(L)) and np.allclose(L, np.tril(L))
+        C = np.asarray(gp.condition(jnp.sin(X)).covariance(Xs), np.float64)
+        np.testing.assert_allclose(L @ L.T, C, atol=2e-3 * C.max())  # float32 rounding
+        assert np.all(np.isfinite(p.sample(jax.random.PRNGKey(0), (3,))))
+        with pytest.warns(RuntimeWarning, match="predictive: .* without jitter") as w:
+            gp.predictive(jnp.sin(X), Xs, jitter=None)
+        assert w[0].filename == __file__
+
+
 @pytest.mark.slow
 def test_predictive_bad_arguments():
     X, y = _gp_data(8)

@@ -166,6 +166,42 @@ def test_samples_of_f_and_y(problem, include_noise):
     np.testing.assert_allclose(np.cov(np.asarray(s).T), C, atol=0.05 * C.max())
 
 
+def near_singular_posterior():
+    """Posterior at 200 close points: in float32 its covariance's smallest eigenvalues are
+    about -1e-3 of the largest (rounding); 100 training points."""
+    X = jnp.linspace(0.0, 1.0, 100)
+    return GaussianProcess(kernels.ExpSquared(0.5), X, noise=1e-2).condition(jnp.sin(X))
+
+
+def test_float32_samples_of_a_covariance_singular_to_rounding():
+    # The default jitters were (1e-10, 1e-8, 1e-6), under float32's rounding: every sample
+    # was NaN, without a word. Now 1e-6, 1e-5, 1e-4, then the eigendecomposition.
+    Xs = jnp.linspace(0.0, 1.0, 200)
+    key = jax.random.PRNGKey(0)
+    C64 = np.asarray(near_singular_posterior().covariance(Xs))  # float64 (the session's)
+    with jax.enable_x64(False):
+        post = near_singular_posterior()
+        s = post.sample(key, Xs, 20000)
+        assert s.dtype == jnp.float32 and np.all(np.isfinite(s))
+        np.testing.assert_allclose(np.cov(np.asarray(s, np.float64).T), C64, atol=0.05 * C64.max())
+        with pytest.warns(RuntimeWarning, match=r"even with a jitter of 0\.0001 ") as w:
+            s = post.sample(key, Xs, 2, jitter=(1e-6, 1e-5, 1e-4))  # the ladder alone fails
+        assert np.all(np.isnan(s)) and w[0].filename == __file__  # names the caller's line
+        with pytest.warns(RuntimeWarning, match="without jitter"):
+            post.sample(key, Xs, 2, jitter=None)
+        traced = jax.jit(lambda p: p.sample(key, Xs, 2, jitter=None))(post)  # no warning
+        assert np.all(np.isnan(traced))
+
+
+def test_float64_default_sample_jitters_are_unchanged(problem):
+    X, y, Xs = problem
+    post = gp_of(X).condition(y)
+    key = jax.random.PRNGKey(1)
+    np.testing.assert_allclose(
+        post.sample(key, Xs, 3), post.sample(key, Xs, 3, jitter=(1e-10, 1e-8, 1e-6)), rtol=1e-12
+    )
+
+
 # ------------------------------------------------------------------ transformations
 
 

@@ -879,7 +879,7 @@ class MultiOutputPosterior(AttrPytree):
         num: int = 1,
         *,
         include_noise: bool = False,
-        jitter: float | Sequence[float] | None = (1e-10, 1e-8, 1e-6),
+        jitter: float | Sequence[float] | str | None = core.SAMPLE_JITTER,
         block_size: int | None = None,
     ) -> jax.Array:
         """Joint samples of all outputs from the posterior: of ``f``, or of new ``y*``.
@@ -890,7 +890,8 @@ class MultiOutputPosterior(AttrPytree):
             num: number of samples, a non-negative Python int (static).
             include_noise: sample ``y* = f + eps`` with each output's noise variance.
             jitter: schedule of diagonal jitter, relative to the largest posterior
-                variance, tried in order when factoring the ``(m p, m p)`` covariance.
+                variance, tried in order when factoring the ``(m p, m p)`` covariance
+                (``"auto"``: as :meth:`gpchol.Posterior.sample`).
             block_size: test points per block (``None``: the default).
 
         Returns:

@@ -545,7 +545,7 @@ class SVGPPosterior(AttrPytree):
         Xs: ArrayLike,
         num: int = 1,
         *,
-        jitter: Any = (1e-10, 1e-8, 1e-6),
+        jitter: Any = core.SAMPLE_JITTER,
         block_size: int | None = None,
     ) -> jax.Array:
         """``num`` joint samples of ``f`` at ``Xs``: ``(num, m)``.
@@ -555,7 +555,7 @@ class SVGPPosterior(AttrPytree):
             Xs: ``(m, d)`` test inputs.
             num: number of samples.
             jitter: relative diagonal jitters tried in order on the covariance (relative
-                to its largest variance).
+                to its largest variance; ``"auto"``: as :meth:`gpchol.Posterior.sample`).
             block_size: test points per block (``None``: the posterior's).
         """
         args = self._args(Xs, block_size)

@@ -30,6 +30,7 @@ a covariance is ``(m, *outputs, m, *outputs)``.
 from __future__ import annotations
 
 import math
+import warnings
 from functools import partial
 from typing import Any, Protocol
 
@@ -52,6 +53,7 @@ from gpchol._base.validate import (
 from gpchol._linalg.cholesky import factor_with_status
 
 __all__ = [
+    "SAMPLE_JITTER",
     "PosteriorSolver",
     "Predictions",
     "check_block_size",
@@ -62,8 +64,11 @@ __all__ = [
     "gaussian_samples",
     "predict",
     "predict_program",
+    "relative_factor",
+    "relative_jitters",
     "sample",
     "sample_count",
+    "warn_if_failed",
 ]
 
 #: The default block holds at most this many elements of the ``(n, b)`` cross-covariance
@@ -322,7 +327,7 @@ def _covariance_program(
     return mu, C + jnp.diag(jnp.broadcast_to(noise, mu.shape).reshape(-1))
 
 
-@partial(jax.jit, static_argnames=("b", "num", "jitter"))
+@partial(jax.jit, static_argnames=("b", "num", "jitter", "eigen"))
 def _sample_program(
     solver: PosteriorSolver,
     key: jax.Array,
@@ -333,18 +338,75 @@ def _sample_program(
     b: int,
     num: int,
     jitter: tuple[float, ...],
-) -> jax.Array:
+    eigen: bool,
+) -> tuple[jax.Array, jax.Array]:
     mu, C = _covariance_program(solver, Xs, part, noise, b=b)
-    return gaussian_samples(key, mu.reshape(-1), C, num, jitter).reshape((num,) + mu.shape)
+    z, status = gaussian_samples(key, mu.reshape(-1), C, num, jitter, eigen)
+    return z.reshape((num,) + mu.shape), status
+
+
+SAMPLE_JITTER = "auto"
+"""The default jitter of joint samples: see :func:`relative_jitters`."""
+
+
+def relative_jitters(jitter: object, dtype: Any) -> tuple[tuple[float, ...], bool]:
+    """``(schedule, eigen)``: the relative jitters for a sample's covariance in ``dtype``,
+    and whether the eigendecomposition is the last resort (:func:`relative_factor`).
+
+    ``"auto"``: ``1e-10, 1e-8, 1e-6`` in float64 (``1e-6, 1e-5, 1e-4`` in float32: a
+    smaller jitter is under the rounding of ``C / max(diag C)`` and changes nothing), then
+    the eigendecomposition. Otherwise ``jitter`` as
+    :func:`~gpchol._base.validate.check_jitter` reads it (``None``: no jitter), alone.
+    """
+    if isinstance(jitter, str) and jitter == "auto":
+        eps = float(jnp.finfo(dtype).eps)
+        ladder = (1e-10, 1e-8, 1e-6) if eps < 1e-12 else (1e-6, 1e-5, 1e-4)
+        return tuple(j for j in ladder if j >= 4 * eps) or (min(1.0, 100 * eps),), True
+    return check_jitter(jitter) or (0.0,), False
+
+
+def relative_factor(
+    C: jax.Array, jitter: tuple[float, ...], eigen: bool = False
+) -> tuple[jax.Array, jax.Array]:
+    """``(L, status)``: a lower-triangular ``L`` with ``L L^T = C`` (``(m, m)``, symmetric,
+    positive semi-definite up to rounding), with jitters relative to its largest variance.
+
+    A posterior covariance at nearby test points is singular to rounding (the prior is
+    smooth and the data pin it down; in float32 its smallest eigenvalues reach ``-1e-3``
+    of the largest variance), so ``C / s`` with ``s = max diag C`` is factored as
+    ``C / s + j I`` for the first ``j`` of ``jitter`` that succeeds, and ``L = sqrt(s)
+    L_s``. With ``eigen``, when every ``j`` fails: ``C / s = Q diag(w) Q^T`` with the
+    negative ``w`` (rounding) set to 0, ``A = Q diag(sqrt(w))`` and ``A^T = Q_r R``, so
+    ``A A^T = R^T R`` and ``L_s = R^T`` with its columns' signs made positive (the
+    closest positive semi-definite matrix in the Frobenius norm, Higham 1988; ``L`` may
+    have zeros on its diagonal). ``status``: 0, or LAPACK's ``info`` of the last attempt
+    when ``L`` is NaN.
+    """
+    scale = jnp.maximum(jnp.max(jnp.diagonal(C)), jnp.finfo(C.dtype).tiny)
+    Cs = C / scale
+    Ls, status = factor_with_status(Cs, jitter=jitter)[:2]
+    if eigen:
+
+        def clipped(_: None) -> tuple[jax.Array, jax.Array]:
+            w, Q = jnp.linalg.eigh(0.5 * (Cs + Cs.T))
+            R = jnp.linalg.qr((Q * jnp.sqrt(jnp.maximum(w, 0.0))).T, mode="r")
+            L = R.T * jnp.where(jnp.diagonal(R) < 0, -1.0, 1.0).astype(R.dtype)
+            return L, jnp.where(jnp.all(jnp.isfinite(L)), 0, status).astype(status.dtype)
+
+        Ls, status = lax.cond(status != 0, clipped, lambda _: (Ls, status), None)
+    return jnp.sqrt(scale) * Ls, status
 
 
 def gaussian_samples(
-    key: jax.Array, mu: jax.Array, C: jax.Array, num: int, jitter: tuple[float, ...]
-) -> jax.Array:
-    """``num`` joint samples of ``N(mu, C)``: ``mu + L z`` with ``L L^T = C`` (+ jitter).
-
-    ``C / max(diag C)`` is factored, so that the jitter schedule is relative to the largest
-    variance (a posterior covariance is often singular to rounding).
+    key: jax.Array,
+    mu: jax.Array,
+    C: jax.Array,
+    num: int,
+    jitter: tuple[float, ...],
+    eigen: bool = False,
+) -> tuple[jax.Array, jax.Array]:
+    """``num`` joint samples of ``N(mu, C)``: ``mu + L z`` with ``L`` from
+    :func:`relative_factor`.
 
     Args:
         key: a ``jax.random`` key.
@@ -352,14 +414,31 @@ def gaussian_samples(
         C: ``(m, m)`` covariance.
         num: number of samples (static).
         jitter: relative diagonal jitters, tried in order.
+        eigen: the eigendecomposition when every jitter fails.
 
     Returns:
-        ``(num, m)`` samples.
+        ``(num, m)`` samples (NaN when the factor failed) and the factor's status.
     """
-    scale = jnp.maximum(jnp.max(jnp.diagonal(C)), jnp.finfo(C.dtype).tiny)
-    Ls = factor_with_status(C / scale, jitter=jitter)[0]
+    L, status = relative_factor(C, jitter, eigen)
     z = jax.random.normal(key, (num, C.shape[0]), dtype=C.dtype)
-    return mu[None, :] + jnp.sqrt(scale) * (z @ Ls.T)
+    return mu[None, :] + z @ L.T, status
+
+
+def warn_if_failed(
+    status: jax.Array, jitter: tuple[float, ...], what: str, stacklevel: int
+) -> None:
+    """A ``RuntimeWarning`` when a concrete ``status`` of :func:`relative_factor` says the
+    covariance could not be factored (the samples are NaN); nothing under a trace.
+    ``stacklevel`` as :func:`warnings.warn`'s, counted from the caller."""
+    if is_concrete(status) and int(np.max(np.asarray(status), initial=0)) != 0:
+        tried = f"even with a jitter of {max(jitter):g} times its largest variance"
+        warnings.warn(
+            f"{what}: the covariance of the test points could not be factored "
+            f"{tried if max(jitter) > 0 else 'without jitter'}, so the samples are NaN; pass "
+            'jitter="auto" or a larger jitter (e.g. 1e-3), or check the covariance for NaN.',
+            RuntimeWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 # ------------------------------------------------------------------ the entry points
@@ -442,11 +521,13 @@ def sample(
     """``(num, m, *outputs)`` joint posterior samples at ``Xs`` (``jitter`` as for
     :func:`gaussian_samples`, other arguments as for :func:`predict`)."""
     k = sample_count(num)
-    rel = check_jitter(jitter) or (0.0,)
     x, nz, b, part = _query(solver, Xs, **query)
+    rel, eigen = relative_jitters(jitter, x.dtype)
     if x.shape[0] == 0:
         return jnp.zeros((k, 0, *solver.outputs), x.dtype)
-    return _sample_program(solver, key, x, part, nz, b=b, num=k, jitter=rel)
+    z, status = _sample_program(solver, key, x, part, nz, b=b, num=k, jitter=rel, eigen=eigen)
+    warn_if_failed(status, rel, "sample", stacklevel=3)  # the user's call of a sample method
+    return z
 
 
 # ------------------------------------------------------------------ the methods
@@ -582,7 +663,7 @@ class Predictions:
         kernel: Any = None,
         include_noise: bool = False,
         noise: ArrayLike | None = None,
-        jitter: float | tuple[float, ...] | None = (1e-10, 1e-8, 1e-6),
+        jitter: float | tuple[float, ...] | str | None = SAMPLE_JITTER,
         block_size: int | None = None,
     ) -> jax.Array:
         """Joint samples from the posterior: of ``f``, or of new observations ``y*``.
@@ -592,7 +673,11 @@ class Predictions:
             Xs: ``(m, d)`` test inputs (``None``: the training inputs).
             num: number of samples, a non-negative int (``__index__``, not a bool); static.
             jitter: diagonal jitters relative to the largest posterior variance, tried in
-                order when factoring the posterior covariance.
+                order when factoring the posterior covariance. ``"auto"`` (default):
+                ``1e-10, 1e-8, 1e-6`` in float64, ``1e-6, 1e-5, 1e-4`` in float32, then the
+                eigendecomposition with the negative eigenvalues (rounding) set to 0. When
+                every attempt fails the samples are NaN (a ``RuntimeWarning`` says so
+                outside ``jit``).
             kernel, include_noise, noise, block_size: as for :meth:`mean_and_variance`
                 (with noise: samples of ``y* = f + eps``).
 
