@@ -378,6 +378,10 @@ def test_kmeans_inducing_points_find_clusters(rng):
     [
         ({"m": 0}, "between 1 and n"),
         ({"m": 31}, "between 1 and n"),
+        ({"m": True}, "not a bool"),
+        ({"m": 3, "candidates": -5}, "candidates .* must be >= 1"),
+        ({"m": 3, "candidates": 2.7}, "candidates .* must be a positive int"),
+        ({"m": 3, "method": "kmeans", "iters": -1}, "iters .* must be >= 0"),
         ({"m": 2.5}, "must be an int"),
         ({"m": 3, "method": "random"}, "method"),
         ({"m": 3}, "needs the kernel"),
@@ -387,6 +391,25 @@ def test_inducing_points_bad_input(kwargs, match):
     X = np.linspace(0.0, 1.0, 30)
     with pytest.raises((ValueError, TypeError), match=match):
         gpchol.inducing_points(X, **kwargs)
+
+
+@pytest.mark.parametrize("method", ["greedy", "kmeans"])
+def test_inducing_points_are_distinct_rows_even_with_repeated_inputs(method):
+    # Repeated measurements: greedy repeated chosen rows once the distinct ones ran out, and
+    # k-means could start two centres on equal rows (one stayed empty): equal inducing
+    # inputs, a singular k(Z, Z) and a NaN bound.
+    k = kernels.ExpSquared()
+    X = np.repeat([0.0, 1.0, 2.0], 4)
+    for seed in range(5):
+        Z = gpchol.inducing_points(X, 3, kernel=k, method=method, key=jax.random.PRNGKey(seed))
+        assert sorted(np.asarray(Z).ravel()) == [0.0, 1.0, 2.0]
+        assert np.isfinite(gpchol.SparseGP(k, X, inducing=Z, noise=0.1).elbo(np.sin(X)))
+    with pytest.raises(ValueError, match=r"X has 3 distinct rows, fewer than m = 5 .*m <= 3"):
+        gpchol.inducing_points(X, 5, kernel=k, method=method)
+    # a random subset of rows (candidates) with too few distinct ones: all of X's are used
+    X = np.concatenate([np.repeat([0.0, 1.0, 2.0], 100), np.linspace(3.0, 4.0, 5)])
+    Z = np.asarray(gpchol.inducing_points(X, 6, kernel=k, method=method, candidates=7))
+    assert len(np.unique(Z, axis=0)) == 6 and np.all(np.isin(Z, X) | (method == "kmeans"))
 
 
 # ------------------------------------------------------------------ bad input

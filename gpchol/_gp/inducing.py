@@ -5,20 +5,21 @@ is a pivoted Cholesky of ``k(X, X)``: the next point is the one whose prior vari
 conditioned on the points chosen so far, ``d_i = k(x_i, x_i) - ||L^-1 k(Z, x_i)||^2``, is
 largest. One step costs ``O(c m)`` for ``c`` candidate rows; the ``(m, c)`` rows of the
 partial factor are kept. *k-means* runs Lloyd's iterations from ``m`` distinct random
-points. Above ``candidates`` rows both work on a uniform random subset of that many rows,
-so their memory is ``O(candidates * m)`` whatever ``n``.
+points. Both search the distinct rows of ``X`` (repeated rows would give equal inducing
+inputs), above ``candidates`` rows a uniform random subset of that many, so their memory
+is ``O(candidates * m)`` whatever ``n``.
 """
 
 from __future__ import annotations
 
-import operator
 from functools import partial
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from gpchol._base.validate import as_inputs, check_finite_rows
+from gpchol._base.validate import as_inputs, check_finite_rows, check_int
 from gpchol.kernels import Kernel, as_kernel
 
 __all__ = ["inducing_points"]
@@ -58,6 +59,33 @@ def _kmeans(X: jax.Array, key: jax.Array, m: int, iters: int) -> jax.Array:
     return jax.lax.fori_loop(0, iters, step, C)
 
 
+def _distinct_candidates(X: jax.Array, m: int, cap: int, key: jax.Array) -> jax.Array:
+    """At most ``cap`` distinct rows of ``X`` (in their order), a uniform random subset when
+    there are more; at least ``m`` of them, or a ``ValueError``. Repeated rows (repeated
+    measurements) made both methods return repeated inducing inputs, whose ``k(Z, Z)`` is
+    singular: the greedy one once the distinct rows ran out (conditional variance 0), and
+    k-means from two equal starting centres."""
+
+    def distinct(A: jax.Array) -> jax.Array:
+        first = np.unique(np.asarray(A), axis=0, return_index=True)[1]
+        return A if first.size == A.shape[0] else A[np.sort(first)]
+
+    n = X.shape[0]
+    picked = X[jnp.sort(jax.random.choice(key, n, (cap,), replace=False))] if n > cap else X
+    out = distinct(picked)
+    if out.shape[0] < m and n > cap:  # the subset had too few: all of X's distinct rows
+        out = distinct(X)
+        if out.shape[0] > cap:
+            out = out[jnp.sort(jax.random.choice(key, out.shape[0], (cap,), replace=False))]
+    if out.shape[0] < m:
+        raise ValueError(
+            f"X has {out.shape[0]} distinct rows, fewer than m = {m} inducing inputs (equal "
+            "inducing inputs make k(Z, Z) singular); pass m <= "
+            f"{out.shape[0]}."
+        )
+    return out
+
+
 def inducing_points(
     X: Any,
     m: int,
@@ -70,52 +98,51 @@ def inducing_points(
 ) -> jax.Array:
     """``m`` inducing inputs chosen from the training inputs, to start a :class:`SparseGP`.
 
-    Args:
-        X: ``(n, d)`` training inputs (``(n,)`` read as ``(n, 1)``).
-        m: number of inducing inputs, ``1 <= m <= n``.
-        kernel: the prior's kernel (needed by ``"greedy"``).
-        method: ``"greedy"`` (conditional variance, Burt et al. 2020: rows of ``X``) or
-            ``"kmeans"`` (cluster centres, not rows of ``X``).
-        key: a ``jax.random`` key for the candidate subset and k-means' start (default
-            ``jax.random.PRNGKey(0)``).
-        candidates: above this many rows, a random subset of this size is searched.
-        iters: Lloyd iterations of ``"kmeans"``.
+        Args:
+            X: ``(n, d)`` training inputs (``(n,)`` read as ``(n, 1)``).
+            m: number of inducing inputs, ``1 <= m <=`` the number of distinct rows of ``X``
+                (the inducing inputs are distinct).
+            kernel: the prior's kernel (needed by ``"greedy"``).
+            method: ``"greedy"`` (conditional variance, Burt et al. 2020: rows of ``X``) or
+                ``"kmeans"`` (cluster centres, not rows of ``X``).
+            key: a ``jax.random`` key for the candidate subset and k-means' start (default
+                ``jax.random.PRNGKey(0)``).
+            candidates: above this many rows, a random subset of this size is searched.
+            iters: Lloyd iterations of ``"kmeans"``.
 
-    Returns:
-        ``(m, d)`` inducing inputs.
+        Returns:
+            ``(m, d)`` inducing inputs.
 
-    Raises:
-        ValueError: ``m`` out of range, an unknown method, ``"greedy"`` without a kernel,
-            NaN in ``X``.
+        Raises:
+            ValueError: ``m`` out of range or above the number of distinct rows of ``X``, an
+                unknown method, ``"greedy"`` without a kernel, NaN in ``X``.
+            TypeError: ``m``, ``candidates`` or ``iters`` not an int (a bool is not).
 
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from gpchol import inducing_points, kernels
-        >>> X = jnp.linspace(0.0, 1.0, 100)
-        >>> Z = inducing_points(X, 5, kernel=kernels.ExpSquared(0.2))
-        >>> Z.shape
-        (5, 1)
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from gpchol import inducing_points, kernels
+            >>> X = jnp.linspace(0.0, 1.0, 100)
+            >>> Z = inducing_points(X, 5, kernel=kernels.ExpSquared(0.2))
+            >>> Z.shape
+            (5, 1)
     """
     X = as_inputs(X)
     n = X.shape[0]
-    try:
-        m = operator.index(m)
-    except TypeError:
-        raise TypeError(f"m (the number of inducing inputs) must be an int; got {m!r}.") from None
+    m = check_int(m, "m", "the number of inducing inputs", minimum=0, kind="an int")
     if not 1 <= m <= n:
         raise ValueError(
             f"m (the number of inducing inputs) must be between 1 and n = {n}; got {m}."
         )
+    candidates = check_int(candidates, "candidates", "the rows searched")
+    iters = check_int(iters, "iters", "Lloyd iterations", minimum=0)
     if method not in ("greedy", "kmeans"):
         raise ValueError(f"method must be 'greedy' or 'kmeans'; got {method!r}.")
     check_finite_rows(X, "X", "drop or impute those rows first")
     key = jax.random.PRNGKey(0) if key is None else key
     sub, key2 = jax.random.split(key)
-    cap = max(int(candidates), m)
-    if n > cap:
-        X = X[jnp.sort(jax.random.choice(sub, n, (cap,), replace=False))]
+    X = _distinct_candidates(X, m, max(candidates, m), sub)
     if method == "kmeans":
-        return _kmeans(X, key2, m, int(iters))
+        return _kmeans(X, key2, m, iters)
     if kernel is None:
         raise ValueError("method='greedy' needs the kernel: inducing_points(X, m, kernel=k).")
     if not isinstance(kernel, Kernel):
