@@ -173,6 +173,22 @@ def test_diagnostics_of_a_padded_posterior_are_the_real_points(rng) -> None:
     np.testing.assert_allclose(float(padded.diagnostics().rcond), want, rtol=1e-10)
 
 
+def test_a_gp_of_padding_only_is_not_singular(rng) -> None:
+    """All rows padding (a Bayesian-optimisation loop's first bucket): an empty covariance,
+    rcond 1 as for n = 0 (it was 0, "singular", with a warning at every eager call)."""
+    import warnings
+
+    X, _ = _data(rng, 8)
+    gp = _build(X)({"amp": 1.0, "ls": 1.0, "noise": 0.1}).with_mask(np.zeros(8, bool))
+    empty = _build(X[:0])({"amp": 1.0, "ls": 1.0, "noise": 0.1})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no SingularCovarianceWarning
+        for d in (gp.diagnostics(), gp.condition(np.zeros(8)).diagnostics()):
+            assert float(d.rcond) == float(empty.diagnostics().rcond) == 1.0
+            assert not bool(d.singular) and int(d.status) == 0
+        assert float(gp.log_marginal_likelihood(np.zeros(8))) == 0.0
+
+
 # ------------------------------------------------------------------ compile once, fit many
 
 

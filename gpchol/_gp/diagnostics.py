@@ -131,6 +131,8 @@ def diagnose_factor(
     else:
         d = jnp.abs(jnp.diagonal(L, axis1=-2, axis2=-1))
         real = jnp.max(jnp.where(mask, d, jnp.zeros((), d.dtype)), axis=-1, keepdims=True)
+        # no real point (all padding): an empty covariance, rcond 1 (as for n = 0)
+        real = jnp.where(jnp.any(mask), real, jnp.ones((), d.dtype))
         rcond = diagonal_rcond(jnp.where(mask, d, real))
         n_real = jnp.maximum(jnp.sum(mask), 1).astype(rcond.dtype)
         threshold = n_real * jnp.finfo(L.dtype).eps
