@@ -393,10 +393,12 @@ def test_not_positive_definite_nan_in_jit_and_error_outside():
     [
         (dict(noise=np.ones(3)), "noise must be"),
         (dict(noise=-1.0), "noise"),
+        (dict(noise=0.1 + 5j), "noise must be a real variance .* complex"),  # was its real part
+        (dict(noise=np.ones(5, bool)), "noise must be a real variance .* bool"),
     ],
 )
 def test_bad_arguments(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises((ValueError, TypeError), match=match):
         GaussianProcess(kernels.ExpSquared(), np.arange(5.0), **kwargs)
 
 

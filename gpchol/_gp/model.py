@@ -368,6 +368,11 @@ class GaussianProcess(AttrPytree):
             kernel = as_kernel(kernel)  # a function f(x1, x2) -> scalar, or TypeError
         X = as_inputs(X)
         noise = jnp.asarray(noise)
+        if jnp.issubdtype(noise.dtype, jnp.complexfloating) or noise.dtype == jnp.bool_:
+            raise TypeError(
+                f"noise must be a real variance (a float or an array of floats); got dtype "
+                f"{noise.dtype}."
+            )
         if not jnp.issubdtype(noise.dtype, jnp.floating):
             noise = noise.astype(X.dtype)
         n = X.shape[0]
