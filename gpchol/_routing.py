@@ -8,6 +8,7 @@ distributed layer.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,7 +31,11 @@ def maybe_sharded_cholesky(
 
     ``a`` qualifies when it is a concrete or traced ``(n, n)`` array whose sharding is a
     ``NamedSharding`` with at least one matrix dimension sharded over a mesh axis of size
-    > 1. The result is ``(L, status)`` with ``L`` sharded like ``a`` (the input is not
+    > 1. Under ``jit`` on a mesh whose axes are all ``Auto`` (``jax.make_mesh``'s default)
+    the sharding of a traced array is not known, only its mesh: an array on such a mesh
+    of more than one device qualifies when ``n`` is a multiple of the sizes of the mesh's
+    first two axes, and is laid out over them (it was gathered to each device instead).
+    The result is ``(L, status)`` with ``L`` sharded like ``a`` (the input is not
     donated).
 
     Example:
@@ -48,7 +53,17 @@ def maybe_sharded_cholesky(
     spec = tuple(s.spec) + (None, None)
     names = [x for x in spec[:2] if x is not None]
     flat = [y for x in names for y in (x if isinstance(x, tuple) else (x,))]
-    if not flat or all(s.mesh.shape[x] == 1 for x in flat):
+    unknown = (  # traced on Auto axes: the spec says nothing
+        not flat
+        and isinstance(a, jax.core.Tracer)
+        and s.mesh.size > 1
+        and all(t == jax.sharding.AxisType.Auto for t in s.mesh.axis_types)
+    )
+    if unknown:
+        flat = list(s.mesh.axis_names[:2])
+        if a.shape[0] % math.lcm(*(s.mesh.shape[x] for x in flat)):
+            return None  # could not have been sharded over those axes: one device, as before
+    elif not flat or all(s.mesh.shape[x] == 1 for x in flat):
         return None
     from gpchol.distributed import potrf
 

@@ -341,6 +341,26 @@ def test_dispatch_hook(rng):
     np.testing.assert_allclose(L, np.linalg.cholesky(A), atol=1e-10)
 
 
+def test_cholesky_under_jit_on_auto_axes_stays_sharded(rng):
+    """Under jit on Auto axes a traced array's sharding is unknown (P(None, None)), only its
+    mesh: gpchol.cholesky factored it whole on every device. It now lays a matrix on such
+    a mesh out over the mesh's first two axes; one whose n no layout could have held stays
+    on one device, as before."""
+    auto = jax.sharding.AxisType.Auto
+    mesh = jax.make_mesh((2, 4), ("r", "c"), axis_types=(auto, auto))
+    n = 64
+    A = random_spd(rng, n)
+    compiled = jax.jit(gpchol.cholesky).lower(_put(A, mesh)).compile()
+    assert max(_buffer_elements(compiled.as_text())) < n * n  # never gathered whole
+    for a in (_put(A, mesh), _put(A, mesh, ())):  # sharded, replicated: the spec is unknown
+        L = jax.jit(gpchol.cholesky)(a)
+        assert L.sharding.spec == P("r", "c")
+        np.testing.assert_allclose(L, np.linalg.cholesky(A), atol=1e-10)
+    B = random_spd(rng, 10)  # 10 is not a multiple of 4: not a layout over this mesh
+    L = jax.jit(gpchol.cholesky)(_put(B, mesh, ()))
+    np.testing.assert_allclose(L, np.linalg.cholesky(B), atol=1e-12)
+
+
 def test_bad_input(rng):
     mesh = _mesh((2, 2))
     A = random_spd(rng, 64)
