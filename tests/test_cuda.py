@@ -40,7 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import backend_compiles, random_spd
+import scipy.linalg.lapack as lapack
+from helpers import backend_compiles, lapack_info, random_spd
 from scipy.linalg import solve_triangular
 
 from gpchol import build
@@ -120,6 +121,36 @@ def _residual_ratio(a, L):
     num = np.abs(r).sum(axis=-2).max(axis=-1)
     den = n * np.abs(a64).sum(axis=-2).max(axis=-1) * EPS[dtype]
     return float(np.max(num / den))
+
+
+def _adversarial(rng, n, dtype):
+    """Six matrices: SPD, pivot 18 negative, -I, pivot 31 infinite, row 25 NaN from pivot 26
+    on, SPD; with reference LAPACK's status ``[0, 18, 1, 0, 26, 0]`` (an infinite pivot is
+    positive: the factorization goes on with a zero column under it)."""
+    a = _spd(rng, (6,), n, dtype)
+    a[1, 17, 17] = -100.0
+    a[2] = -np.eye(n, dtype=dtype)
+    a[3, 30, 30] = np.inf
+    a[4, 25, 3] = np.nan
+    return a
+
+
+def _check_adversarial(a, L, status):
+    """The status and factors of :func:`_adversarial`'s batch, as reference LAPACK's."""
+    expected = [0, 18, 1, 0, 26, 0]
+    assert status.tolist() == expected == lapack_info(a).tolist()
+    for b, s in enumerate(expected):
+        if s:
+            assert np.isnan(L[b]).all()
+        elif b == 3:  # LAPACK's own factor: inf at (30, 30), zeros under it
+            potrf = lapack.spotrf if a.dtype == np.float32 else lapack.dpotrf
+            ref = np.tril(potrf(a[b], lower=1)[0])
+            assert np.array_equal(np.isinf(L[b]), np.isinf(ref)) and L[b][30, 30] == np.inf
+            assert np.all(L[b][31:, 30] == 0) and np.isfinite(L[b][~np.isinf(ref)]).all()
+            finite = ~np.isinf(ref)
+            assert _rel(np.where(finite, L[b], 0), np.where(finite, ref, 0)) < RTOL[a.dtype]
+        else:
+            assert np.isfinite(L[b]).all() and _residual_ratio(a[b], L[b]) < 30
 
 
 def _subprocess_env():
@@ -680,12 +711,7 @@ def test_emulated_forward(emu, rng, dtype, n, tile):
 @pytest.mark.parametrize("kind", ["whole", "tiled", "small", "small_fallback"])
 def test_emulated_status(emu, rng, dtype, kind):
     n = 40
-    a = _spd(rng, (6,), n, dtype)
-    a[1, 17, 17] = -100.0  # pivot 18 fails
-    a[2] = -np.eye(n, dtype=dtype)  # pivot 1 fails
-    a[3, 30, 30] = np.inf  # pivot 31 is infinite
-    a[4, 25, 3] = np.nan  # row 25 is NaN from pivot 26 on
-    expected = [0, 18, 1, 31, 26, 0]
+    a = _adversarial(rng, n, dtype)
     kwargs = {
         "whole": {"tile": 0},
         "tiled": {"tile": 16},
@@ -695,12 +721,7 @@ def test_emulated_status(emu, rng, dtype, kind):
     L, status = emu.potrf(a, **kwargs)
     if kind.startswith("small"):
         assert emu.last_path == (PATH_LARGE if kind == "small_fallback" else PATH_SHARED_MEMORY)
-    assert status.tolist() == expected
-    for b, s in enumerate(expected):
-        if s:
-            assert np.isnan(L[b]).all()
-        else:
-            assert np.isfinite(L[b]).all() and _residual_ratio(a[b], L[b]) < 30
+    _check_adversarial(a, L, status)
 
 
 @pytest.mark.slow_cases("37-8-float64")
@@ -1026,16 +1047,9 @@ def test_gpu_small_batch_of_one_and_status(cuda, rng, dtype):
     _check_forward(a, L, status, dtype)
     Lbar = rng.standard_normal(a.shape).astype(dtype)
     _check_adjoint(a, L, Lbar, _gpu_adjoint(L, Lbar, method="small"), dtype, against_xla=False)
-    a = _spd(rng, (6,), 60, dtype)
-    a[1, 17, 17] = -100.0
-    a[2] = -np.eye(60, dtype=dtype)
-    a[3, 30, 30] = np.inf
-    a[4, 25, 3] = np.nan
-    expected = [0, 18, 1, 31, 26, 0]
+    a = _adversarial(rng, 60, dtype)
     L, status = _gpu_potrf(a, method="small")
-    assert status.tolist() == expected
-    for b, s in enumerate(expected):
-        assert np.isnan(L[b]).all() if s else _residual_ratio(a[b], L[b]) < 30
+    _check_adversarial(a, L, status)
 
 
 @pytest.mark.gpu
@@ -1143,16 +1157,9 @@ def test_gpu_large_batch_of_one_and_status(cuda, rng, dtype, tile):
     Lbar = rng.standard_normal(a.shape).astype(dtype)
     g = _gpu_adjoint(L, Lbar, tile=tile, method="large")
     _check_adjoint(a, L, Lbar, g, dtype, against_xla=False)
-    a = _spd(rng, (6,), 150, dtype)
-    a[1, 17, 17] = -100.0
-    a[2] = -np.eye(150, dtype=dtype)
-    a[3, 30, 30] = np.inf
-    a[4, 25, 3] = np.nan
-    expected = [0, 18, 1, 31, 26, 0]
+    a = _adversarial(rng, 150, dtype)
     L, status = _gpu_potrf(a, tile=tile, method="large")
-    assert status.tolist() == expected
-    for b, s in enumerate(expected):
-        assert np.isnan(L[b]).all() if s else _residual_ratio(a[b], L[b]) < 30
+    _check_adversarial(a, L, status)
     # The status buffer is fresh on every call: a good batch after a failed one reads 0.
     L, status = _gpu_potrf(_spd(rng, (6,), 150, dtype), tile=tile, method="large")
     assert (status == 0).all()

@@ -386,7 +386,7 @@ def potrf(a: ArrayLike, *, tile_size: int | None = None) -> tuple[jax.Array, jax
         ``(L, status)``: ``L`` of shape ``(..., n, n)``, lower triangular with zeros above
         the diagonal, all NaN where the factorization failed; ``status`` int32 of shape
         ``(...)``, 0 on success else the 1-based index of the first pivot that is not
-        positive and finite (LAPACK's ``info``).
+        positive or is NaN (LAPACK's ``info``: an infinite pivot is positive).
 
     Raises:
         TypeError: ``a`` is not float32/float64, or ``tile_size`` is not an int.

@@ -108,7 +108,7 @@ Status potrf_forward(Be& be, const T* in, T* a, std::int32_t* status, index_t ba
     }
   }
 
-  // Status: first of (library info, first diagonal entry that is not positive and finite).
+  // Status: first of (library info, first diagonal entry that is not positive or is NaN).
   GPCHOL_RETURN_IF_ERROR(be.for_each(batch, StatusZeroToMax{status}));
   GPCHOL_RETURN_IF_ERROR(be.for_each(batch * n, DiagScan<T>{a, n, status}));
   GPCHOL_RETURN_IF_ERROR(be.for_each(batch, StatusMaxToZero{status}));

@@ -45,8 +45,8 @@ struct StatusMaxToZero {
 };
 
 // status[b] = min(status[b], i + 1) for every diagonal entry L[b, i, i] that is not a good
-// pivot (not positive and finite). Catches the failures a library potrf does not report
-// (an infinite pivot). count = batch * n.
+// pivot (not positive, or NaN). Catches the failures a library potrf does not report (a
+// NaN pivot). count = batch * n.
 template <typename T>
 struct DiagScan {
   const T* a;

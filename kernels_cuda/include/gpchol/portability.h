@@ -26,31 +26,18 @@ constexpr std::int32_t kNoFailure = 2147483647;
 GPCHOL_HD double sqrt_(double x) { return sqrt(x); }
 GPCHOL_HD float sqrt_(float x) { return sqrtf(x); }
 
-GPCHOL_HD bool is_finite_(double x) {
-#if defined(__CUDA_ARCH__)
-  return isfinite(x);
-#else
-  return std::isfinite(x);
-#endif
-}
-GPCHOL_HD bool is_finite_(float x) {
-#if defined(__CUDA_ARCH__)
-  return isfinite(x);
-#else
-  return std::isfinite(x);
-#endif
-}
-
 template <typename T>
 GPCHOL_HD T nan_() {
   return static_cast<T>(NAN);
 }
 
-// A pivot is acceptable when it is positive and finite. LAPACK only rejects "<= 0 or NaN";
-// rejecting +inf as well guarantees that a factor reported as successful is finite.
+// A pivot is acceptable when it is positive, NaN excluded: reference LAPACK's test
+// (dpotrf2: "ajj <= 0 or NaN" fails), which defines every backend's status
+// (gpchol/_linalg/status.py). An infinite pivot is positive: the factorization goes on
+// (the column under it is 0), as on the CPU.
 template <typename T>
 GPCHOL_HD bool good_pivot(T d) {
-  return d > T(0) && is_finite_(d);
+  return d > T(0);  // false for NaN
 }
 
 // *p = min(*p, v), atomically on the device; a plain min in the (sequential) emulation.

@@ -60,7 +60,7 @@ static_assert(small_max_threads<float>() == 512 && small_max_threads<double>() =
 //   - updates the trailing lower triangle: A[i][j] -= A[i][k] A[j][k] / d_k, k < j <= i;
 //   - scales the previous column: L[i][k-1] = A[i][k-1] / sqrt(d_{k-1}), i >= k-1
 //     (deferred by one step so that column k-1 is not read and written in the same step).
-// Status: 0, or k+1 for the first k whose pivot is not positive and finite (LAPACK's info);
+// Status: 0, or k+1 for the first k whose pivot is not positive or is NaN (LAPACK's info);
 // a failed factor is written as all NaN. The strict upper triangle is written as zeros.
 // `a` and `out` may alias (the input is fully read before anything is written).
 template <typename T, typename Block>
