@@ -547,6 +547,22 @@ def test_mvn_logpdf_nan_exactly_where_lapack_fails(n, dtype):
 # ------------------------------------------------- the handlers' two layouts agree
 
 
+def test_handlers_take_empty_matrices_in_either_layout():
+    # XLA's CPU compiler divided by zero on a column-major empty operand (SIGFPE)
+    from gpchol._internal import cpu_ffi
+
+    if cpu_ffi.cpu_unavailable_reason() is not None:
+        pytest.skip(cpu_ffi.cpu_unavailable_reason())
+    for batch in ((), (3,)):
+        K, r = np.zeros((*batch, 0, 0)), np.zeros((*batch, 0))
+        for cm in (False, True):
+            L, alpha, quad, logdet, status = cpu_ffi.chol_solve(K, r, column_major=cm)
+            assert L.shape == K.shape and alpha.shape == r.shape
+            assert np.all(quad == 0) and np.all(logdet == 0) and np.all(status == 0)
+            assert cpu_ffi.potri(K, column_major=cm).shape == K.shape
+        assert cpu_ffi.trsm(K, r[..., None], left=True, lower=True, transpose=False).size == 0
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("n", [7, 65, 130])
 def test_chol_solve_column_major_is_the_same_call(n, dtype):

@@ -276,9 +276,11 @@ def _target(op: str, dtype: Any) -> str:
     return f"gpchol_cpu_{op}_{suffix}"
 
 
-def _column_major(ndim: int) -> tuple[int, ...]:
-    """``ffi_call``'s layout (major-to-minor axes) of a ``(..., n, n)`` column-major stack."""
-    return (*range(ndim - 2), ndim - 1, ndim - 2)
+def _column_major(x: Any) -> tuple[int, ...] | None:
+    """``ffi_call``'s layout (major-to-minor axes) of ``x``, a ``(..., n, n)`` column-major
+    stack; ``None`` (the default layout) for an empty one, which holds no data either way
+    (XLA's CPU compiler divided by zero on a column-major empty operand: SIGFPE)."""
+    return (*range(x.ndim - 2), x.ndim - 1, x.ndim - 2) if x.size else None
 
 
 def chol_solve(
@@ -325,7 +327,7 @@ def chol_solve(
         jax.ShapeDtypeStruct(batch, K.dtype),
         jax.ShapeDtypeStruct(batch, jnp.int32),
     )
-    cm = _column_major(K.ndim) if column_major else None
+    cm = _column_major(K) if column_major else None
     call = jax.ffi.ffi_call(
         _target("chol_solve", K.dtype),
         out,
@@ -378,7 +380,7 @@ def potri(
     """
     if column_major and upper:
         raise ValueError("potri: column_major=True takes the lower factor L (upper=False)")
-    cm = _column_major(F.ndim) if column_major else None
+    cm = _column_major(F) if column_major else None
     call = jax.ffi.ffi_call(
         _target("potri", F.dtype),
         jax.ShapeDtypeStruct(F.shape, F.dtype),
@@ -454,7 +456,7 @@ def trsm(a: jax.Array, b: jax.Array, *, left: bool, lower: bool, transpose: bool
         jax.ShapeDtypeStruct(b.shape, b.dtype),
         input_output_aliases={1: 0},
         vmap_method="broadcast_all",
-        input_layouts=[_column_major(a.ndim), _column_major(b.ndim)],
-        output_layouts=_column_major(b.ndim),
+        input_layouts=[_column_major(a), _column_major(b)],
+        output_layouts=_column_major(b),
     )
     return call(a, b, left=bool(left), lower=bool(lower), transpose=bool(transpose))
