@@ -306,6 +306,20 @@ def _sine_csv(d: pathlib.Path, scale: float = 1.0) -> None:
     (d / "d.csv").write_text("x,y\n" + rows)
 
 
+def test_no_plot_of_two_input_columns_and_no_claim_of_one(
+    in_tmp: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the note said no plot, then "wrote m.png" of a file that was never written
+    x = np.linspace(0.0, 6.0, 12)
+    rows = "".join(f"{a:.6f},{a / 2:.6f},{np.sin(a):.6f}\n" for a in x)
+    (in_tmp / "d.csv").write_text("a,b,y\n" + rows)
+    rc, out, err = cli(capsys, "fit", "--csv", "d.csv", "--x", "a,b", "--y", "y", "--steps", "2")
+    assert rc in (0, 1), err
+    assert "no plot for inputs with more than one column" in err
+    assert "wrote gpchol-fit.json" in out and "png" not in out
+    assert not (in_tmp / "gpchol-fit.png").exists()
+
+
 def test_failed_plot_is_a_warning_after_the_model_is_saved(
     in_tmp: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

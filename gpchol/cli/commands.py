@@ -342,7 +342,7 @@ def run_fit(args: argparse.Namespace) -> int:
 
         unit = " years" if model.spec.spec == "co2" else ""
         try:
-            plot_fit(model, params, dtype, png, extrapolate, unit)
+            drawn = plot_fit(model, params, dtype, png, extrapolate, unit)
         except Exception as e:
             print(
                 f"gpchol: warning: the plot {png} could not be drawn ({type(e).__name__}: "
@@ -350,7 +350,8 @@ def run_fit(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         else:
-            print(f"wrote {png}")
+            if drawn:
+                print(f"wrote {png}")
     print(f"total time {time.perf_counter() - t_start:.1f} s")
     return 0 if result.success else 1
 

@@ -21,6 +21,7 @@ Example:
     >>> p = {k: jnp.asarray(v, jnp.float32) for k, v in m.spec.init_params().items()}
     >>> path = os.path.join(tempfile.mkdtemp(), "fit.png")
     >>> plot_fit(m, p, np.float32, path, extrapolate=0.3)
+    True
     >>> open(path, "rb").read(4)
     b'\\x89PNG'
 """
@@ -69,10 +70,10 @@ def plot_fit(
     path: str,
     extrapolate: float,
     unit: str = "",
-) -> None:
+) -> bool:
     """Draws the data, the posterior mean and ±2σ (of a new observation) to ``path``.
 
-    Only for one input column (else a note on stderr and no file). The PNG is drawn in
+    Only for one input column (else a note on stderr, no file, and ``False``). The PNG is drawn in
     memory and written atomically with the user's umask (:func:`gpchol.cli.files.write_file`).
 
     Args:
@@ -83,6 +84,9 @@ def plot_fit(
         path: the PNG file to write.
         extrapolate: how far beyond the last input the curve goes (input units).
         unit: the input's unit, for the title (e.g. ``" years"``).
+
+    Returns:
+        Whether the plot was drawn and written.
     """
     import matplotlib
 
@@ -92,7 +96,7 @@ def plot_fit(
     X = model.X
     if X.shape[1] != 1:
         print("gpchol: no plot for inputs with more than one column", file=sys.stderr)
-        return
+        return False
     lo, hi = float(X.min()), float(X.max())
     grid = np.linspace(lo, hi + extrapolate, 800)[:, None]
     gs = jnp.asarray(model.xs(grid), dtype)
@@ -141,3 +145,4 @@ def plot_fit(
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     write_file(path, buf.getvalue())
+    return True
