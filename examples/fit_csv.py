@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     pred = os.path.join(outdir, "pred.csv")
     rc = gpchol_main(["predict", "--model", model, "--csv", path, "--out", pred])
+    if rc != 0:  # gpchol printed why
+        return rc
     with open(pred) as f:
         print("".join(f.readlines()[:6]), end="")
     print(f"files in {outdir}")

@@ -589,7 +589,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         kernel = self._kernel0()
         if is_sklearn_kernel(kernel):
             return [hp.name for hp in kernel.hyperparameters]
-        return [p.lstrip(".") for p in GpcholSpace(_as_float64_leaves(kernel), ()).paths]
+        with jax.enable_x64(True):  # as every other computation here (no float32 warning)
+            return [p.lstrip(".") for p in GpcholSpace(_as_float64_leaves(kernel), ()).paths]
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()

@@ -13,6 +13,7 @@ import os
 import warnings
 from typing import Any
 
+import jax
 import numpy as np
 import pytest
 
@@ -120,6 +121,17 @@ def test_fit_reaches_scikit_learns_optimum(optimizer: str, rng: np.random.Genera
     np.testing.assert_allclose(
         ours.log_marginal_likelihood(ours.kernel_), ours.log_marginal_likelihood_value_
     )
+
+
+def test_hyperparameter_names_without_x64_warn_nothing() -> None:
+    # the names were read outside the estimator's float64 context: with x64 off (as a user
+    # runs it) JAX warned that float64 is truncated to float32
+    est = GaussianProcessRegressor(2.0 * kernels.Periodic() + kernels.White())
+    with jax.enable_x64(False), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        names = est.hyperparameter_names()
+    assert names == ["kernel1.amplitude", "kernel1.kernel.lengthscale", "kernel1.kernel.period",
+                     "kernel2.variance"]  # fmt: skip
 
 
 def test_fixed_hyperparameters_stay_and_restarts_are_seeded(rng: np.random.Generator) -> None:
