@@ -89,10 +89,19 @@ def gauss_hermite_expectation(
     shape = jnp.broadcast_shapes(mean.shape, var.shape)
     t = jnp.asarray(nodes, dtype).reshape((num_points,) + (1,) * len(shape))
     w = jnp.asarray(weights / np.sqrt(np.pi), dtype).reshape(t.shape)
-    # arrays that fn closes over (a likelihood's parameters, y) become explicit arguments,
-    # so the derivative rule below can differentiate through them as well
-    closed, consts = jax.closure_convert(fn, jax.ShapeDtypeStruct((num_points, *shape), dtype))
-    return _expectation(closed, t, w, mean.astype(dtype), var.astype(dtype), *consts)
+    # every array fn closes over (a likelihood's parameters, y, a boolean or integer y too)
+    # becomes an explicit argument: the derivative rule below differentiates through the
+    # floating ones, and the rule's closure holds none (jax.closure_convert hoists floating
+    # values only: a boolean y traced inside jit stayed in the closure and leaked when the
+    # jitted expectation was differentiated, "No constant handler for ... Tracer")
+    traced = jax.make_jaxpr(fn)(jax.ShapeDtypeStruct((num_points, *shape), dtype))
+    closed = partial(_evaluate, traced.jaxpr)
+    return _expectation(closed, t, w, mean.astype(dtype), var.astype(dtype), *traced.consts)
+
+
+def _evaluate(jaxpr: Any, x: jax.Array, *consts: Any) -> jax.Array:
+    """``fn(x)`` from its jaxpr and the values it closed over."""
+    return jax.core.eval_jaxpr(jaxpr, consts, x)[0]
 
 
 def _nodes(mean: jax.Array, var: jax.Array, t: jax.Array) -> jax.Array:
