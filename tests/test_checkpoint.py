@@ -216,6 +216,16 @@ def test_kernel_pytree_params_resume(tmp_path: pathlib.Path) -> None:
     assert again.loss == first.loss and _assert_one_checkpoint(tmp_path, "k")
     with pytest.raises(ValueError, match=r"parameters: checkpoint PyTreeDef\(CustomNode\(Sum"):
         fit(build, p0(1.0), y, **kw)
+    # the error survives pickling and copying, as one raised in a worker process is handed
+    # back (its (path, problem) __init__ made cls(*args) fail: TypeError)
+    import copy
+    import pickle
+
+    with pytest.raises(gpchol.CheckpointError) as info:
+        fit(build, p0(1.0), y, **kw)
+    for e in (pickle.loads(pickle.dumps(info.value)), copy.copy(info.value)):
+        assert type(e) is gpchol.CheckpointError and str(e) == str(info.value)
+        assert (e.path, e.differences) == (info.value.path, info.value.differences)
 
 
 # ------------------------------------------------------------------------ damaged files

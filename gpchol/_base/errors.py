@@ -4,10 +4,32 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["NotPositiveDefiniteError"]
+__all__ = ["NotPositiveDefiniteError", "PicklableError"]
 
 
-class NotPositiveDefiniteError(np.linalg.LinAlgError):
+class PicklableError(Exception):
+    """A base for errors whose ``__init__`` does not take their ``args``: pickled (and
+    copied) as their message and attributes.
+
+    ``BaseException`` pickles as ``cls(*args)``, which fails for an ``__init__`` with other
+    parameters (a keyword-only ``pivot``, a ``(path, problem)`` pair formatted into the
+    message): an error raised in a worker process (a process pool, joblib) then broke the
+    pool instead of reaching the caller, and ``copy.copy`` raised ``TypeError``.
+    """
+
+    def __reduce__(self) -> tuple:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[PicklableError], args: tuple, state: dict) -> PicklableError:
+    """Unpickles a :class:`PicklableError`: its message and its attributes."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
+class NotPositiveDefiniteError(PicklableError, np.linalg.LinAlgError):
     """A matrix that should be symmetric positive definite is not.
 
     Raised by :func:`gpchol.cholesky` with ``check=True`` (outside ``jit``). It is a
@@ -35,20 +57,3 @@ class NotPositiveDefiniteError(np.linalg.LinAlgError):
         self.batch_index = tuple(batch_index)
         self.min_diagonal = min_diagonal
         self.jitter = tuple(jitter)
-
-    def __reduce__(self) -> tuple:
-        # BaseException pickles as ``cls(*args)``, which misses the keyword-only ``pivot``:
-        # without this, the error raised in a worker process (a process pool, joblib) broke
-        # the pool instead of reaching the caller, and ``copy.copy`` failed.
-        return (_rebuild, (type(self), self.args, self.__dict__))
-
-
-def _rebuild(
-    cls: type[NotPositiveDefiniteError], args: tuple, state: dict
-) -> NotPositiveDefiniteError:
-    """Unpickles a :class:`NotPositiveDefiniteError` (or subclass): its message and its
-    attributes."""
-    error = cls.__new__(cls)
-    error.args = args
-    error.__dict__.update(state)
-    return error

@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gpchol._base.errors import PicklableError
 from gpchol._base.store import FileKind, commit, remove_files, stale_files, write_arrays
 from gpchol._fit.fingerprint import compare
 from gpchol._fit.state import FitState, StartRecord
@@ -73,7 +74,7 @@ VERSION = 2
 _REMEDY = "Delete the checkpoint's files or pass resume=False to start over."
 
 
-class CheckpointError(ValueError):
+class CheckpointError(PicklableError, ValueError):
     """A checkpoint that cannot be resumed: another fit's, damaged, or of another format.
 
     A subclass of :class:`ValueError`. The message names the file at fault and what is

@@ -98,33 +98,33 @@ def inducing_points(
 ) -> jax.Array:
     """``m`` inducing inputs chosen from the training inputs, to start a :class:`SparseGP`.
 
-        Args:
-            X: ``(n, d)`` training inputs (``(n,)`` read as ``(n, 1)``).
-            m: number of inducing inputs, ``1 <= m <=`` the number of distinct rows of ``X``
-                (the inducing inputs are distinct).
-            kernel: the prior's kernel (needed by ``"greedy"``).
-            method: ``"greedy"`` (conditional variance, Burt et al. 2020: rows of ``X``) or
-                ``"kmeans"`` (cluster centres, not rows of ``X``).
-            key: a ``jax.random`` key for the candidate subset and k-means' start (default
-                ``jax.random.PRNGKey(0)``).
-            candidates: above this many rows, a random subset of this size is searched.
-            iters: Lloyd iterations of ``"kmeans"``.
+    Args:
+        X: ``(n, d)`` training inputs (``(n,)`` read as ``(n, 1)``).
+        m: number of inducing inputs, ``1 <= m <=`` the number of distinct rows of ``X``
+            (the inducing inputs are distinct).
+        kernel: the prior's kernel (needed by ``"greedy"``).
+        method: ``"greedy"`` (conditional variance, Burt et al. 2020: rows of ``X``) or
+            ``"kmeans"`` (cluster centres, not rows of ``X``).
+        key: a ``jax.random`` key for the candidate subset and k-means' start (default
+            ``jax.random.PRNGKey(0)``).
+        candidates: above this many rows, a random subset of this size is searched.
+        iters: Lloyd iterations of ``"kmeans"``.
 
-        Returns:
-            ``(m, d)`` inducing inputs.
+    Returns:
+        ``(m, d)`` inducing inputs.
 
-        Raises:
-            ValueError: ``m`` out of range or above the number of distinct rows of ``X``, an
-                unknown method, ``"greedy"`` without a kernel, NaN in ``X``.
-            TypeError: ``m``, ``candidates`` or ``iters`` not an int (a bool is not).
+    Raises:
+        ValueError: ``m`` out of range or above the number of distinct rows of ``X``, an
+            unknown method, ``"greedy"`` without a kernel, NaN in ``X``.
+        TypeError: ``m``, ``candidates`` or ``iters`` not an int (a bool is not).
 
-        Example:
-            >>> import jax.numpy as jnp
-            >>> from gpchol import inducing_points, kernels
-            >>> X = jnp.linspace(0.0, 1.0, 100)
-            >>> Z = inducing_points(X, 5, kernel=kernels.ExpSquared(0.2))
-            >>> Z.shape
-            (5, 1)
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from gpchol import inducing_points, kernels
+        >>> X = jnp.linspace(0.0, 1.0, 100)
+        >>> Z = inducing_points(X, 5, kernel=kernels.ExpSquared(0.2))
+        >>> Z.shape
+        (5, 1)
     """
     X = as_inputs(X)
     n = X.shape[0]
