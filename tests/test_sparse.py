@@ -410,6 +410,14 @@ def test_inducing_points_are_distinct_rows_even_with_repeated_inputs(method):
     X = np.concatenate([np.repeat([0.0, 1.0, 2.0], 100), np.linspace(3.0, 4.0, 5)])
     Z = np.asarray(gpchol.inducing_points(X, 6, kernel=k, method=method, candidates=7))
     assert len(np.unique(Z, axis=0)) == 6 and np.all(np.isin(Z, X) | (method == "kmeans"))
+    # traced X or key (jit, vmap): no search for repeats, the rows as they are (as before)
+    X = np.linspace(0.0, 1.0, 40)
+    eager = gpchol.inducing_points(X, 4, kernel=k, method=method, candidates=10)
+    traced = jax.jit(lambda X: gpchol.inducing_points(X, 4, kernel=k, method=method, candidates=10))
+    np.testing.assert_allclose(traced(X), eager, rtol=1e-12)
+    keys = jax.random.split(jax.random.PRNGKey(1), 2)
+    one = jax.vmap(lambda key: gpchol.inducing_points(X, 4, kernel=k, method=method, key=key))
+    assert one(keys).shape == (2, 4, 1)
 
 
 # ------------------------------------------------------------------ bad input

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gpchol._base.validate import as_inputs, check_finite_rows, check_int
+from gpchol._base.validate import as_inputs, check_finite_rows, check_int, is_concrete
 from gpchol.kernels import Kernel, as_kernel
 
 __all__ = ["inducing_points"]
@@ -64,7 +64,8 @@ def _distinct_candidates(X: jax.Array, m: int, cap: int, key: jax.Array) -> jax.
     there are more; at least ``m`` of them, or a ``ValueError``. Repeated rows (repeated
     measurements) made both methods return repeated inducing inputs, whose ``k(Z, Z)`` is
     singular: the greedy one once the distinct rows ran out (conditional variance 0), and
-    k-means from two equal starting centres."""
+    k-means from two equal starting centres. A traced ``X`` or ``key`` (inside ``jit`` or
+    ``vmap``) cannot be searched for repeats: its rows are taken as they are."""
 
     def distinct(A: jax.Array) -> jax.Array:
         first = np.unique(np.asarray(A), axis=0, return_index=True)[1]
@@ -72,6 +73,8 @@ def _distinct_candidates(X: jax.Array, m: int, cap: int, key: jax.Array) -> jax.
 
     n = X.shape[0]
     picked = X[jnp.sort(jax.random.choice(key, n, (cap,), replace=False))] if n > cap else X
+    if not (is_concrete(X) and is_concrete(key)):  # under jit or vmap: rows as they are
+        return picked
     out = distinct(picked)
     if out.shape[0] < m and n > cap:  # the subset had too few: all of X's distinct rows
         out = distinct(X)
