@@ -840,6 +840,20 @@ class GaussianProcessMarginal(MultivariateNormal):
             >>> p.event_shape, p.sample(jax.random.PRNGKey(0)).shape
             ((2,), (2,))
         """
+        return self._predictive(y, Xs, kernel, include_noise, noise, joint, jitter)
+
+    def _predictive(
+        self,
+        y: ArrayLike,
+        Xs: ArrayLike,
+        kernel: Any,
+        include_noise: bool,
+        noise: ArrayLike | None,
+        joint: bool,
+        jitter: Any,
+    ) -> Distribution:
+        """:meth:`predictive`, called by it and by :meth:`predict` (a failed factor's warning
+        then names their caller's line)."""
         if not isinstance(joint, (bool, np.bool_)):
             raise TypeError(f"joint must be True or False; got {joint!r}.")
         if not isinstance(include_noise, (bool, np.bool_)):
@@ -862,7 +876,7 @@ class GaussianProcessMarginal(MultivariateNormal):
         Ls = C
         if C.shape[-1]:
             Ls, status = _relative_factor_program(C, rel, eigen)
-            warn_if_failed(status, rel, "predictive", stacklevel=2)
+            warn_if_failed(status, rel, eigen, "predictive", stacklevel=3)
         return MultivariateNormal(mu, scale_tril=Ls, validate_args=False)
 
     def predict(
@@ -913,8 +927,9 @@ class GaussianProcessMarginal(MultivariateNormal):
             >>> out["f_star"].shape
             (3, 2)
         """
-        opts = dict(kernel=kernel, include_noise=include_noise, noise=noise, joint=joint)
-        return numpyro.sample(name, self.predictive(y, Xs, **opts, jitter=jitter))
+        return numpyro.sample(
+            name, self._predictive(y, Xs, kernel, include_noise, noise, joint, jitter)
+        )
 
 
 # ----------------------------------------------------------------------------------------

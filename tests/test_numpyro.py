@@ -604,6 +604,9 @@ def test_float32_joint_predictive_of_a_covariance_singular_to_rounding():
         with pytest.warns(RuntimeWarning, match="predictive: .* without jitter") as w:
             gp.predictive(jnp.sin(X), Xs, jitter=None)
         assert w[0].filename == __file__
+        with pytest.warns(RuntimeWarning, match="without jitter") as w:  # through predict
+            numpyro.handlers.seed(lambda: gp.predict("f", jnp.sin(X), Xs, jitter=None), 0)()
+        assert w[0].filename == __file__
 
 
 @pytest.mark.slow

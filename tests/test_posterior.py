@@ -6,6 +6,8 @@ one component ``f_j`` of ``f = sum_j f_j`` given ``y`` is ``k_j(Xs, X) K^-1 r`` 
 ``k_j(Xs, Xs) - k_j(Xs, X) K^-1 k_j(X, Xs)`` (R&W 2006, Sec. 5.4.3).
 """
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -189,8 +191,25 @@ def test_float32_samples_of_a_covariance_singular_to_rounding():
         assert np.all(np.isnan(s)) and w[0].filename == __file__  # names the caller's line
         with pytest.warns(RuntimeWarning, match="without jitter"):
             post.sample(key, Xs, 2, jitter=None)
-        traced = jax.jit(lambda p: p.sample(key, Xs, 2, jitter=None))(post)  # no warning
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # traced: no warning, NaN
+            traced = jax.jit(lambda p: p.sample(key, Xs, 2, jitter=None))(post)
         assert np.all(np.isnan(traced))
+
+
+def test_eigendecomposition_clips_rounding_only():
+    # The last resort of jitter="auto" sets negative eigenvalues to 0: rounding's. An
+    # indefinite covariance (a kernel that is not positive definite) was sampled silently.
+    core = posterior_module.core
+    rel, eigen = core.relative_jitters("auto", jnp.float64)
+    assert rel == (1e-10, 1e-8, 1e-6) and eigen
+    C = jnp.array([[1.0, 2.0], [2.0, 1.0]])  # eigenvalues 3 and -1
+    L, status = core.relative_factor(C, rel, eigen)
+    assert np.all(np.isnan(L)) and int(status) != 0
+    with pytest.warns(RuntimeWarning, match="nor by its eigendecomposition"):
+        core.warn_if_failed(status, rel, eigen, "sample", stacklevel=1)
+    # what rounding leaves is clipped (test_float32_samples_of_a_covariance_singular_to_rounding:
+    # eigenvalues down to -1e-3 of the largest at m = 200 in float32)
 
 
 def test_float64_default_sample_jitters_are_unchanged(problem):

@@ -136,6 +136,20 @@ def test_values_inside_that_round_onto_the_boundary_in_float32_raise(t, value):
         np.testing.assert_allclose(t.forward(u), value, rtol=1e-6)
 
 
+def test_infinite_and_overflowing_values_are_refused_as_such():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy overflow warning before the error
+        with jax.enable_x64(False):
+            with pytest.raises(ValueError, match=r"value 1e\+39 of Positive.* overflows float32"):
+                Positive().inverse(1e39)
+        with pytest.raises(ValueError, match=r"value inf of LogPositive\(\) is not finite"):
+            LogPositive().inverse(float("inf"))
+        with pytest.raises(ValueError, match=r"\[1\]=inf .* is not finite"):
+            Positive().inverse(np.array([1.0, np.inf]))
+
+
 def test_array_error_names_the_offending_entries():
     with pytest.raises(ValueError, match=r"\[1\]=-2\.0.*shape \(3,\)"):
         Positive().inverse(np.array([1.0, -2.0, 3.0]))

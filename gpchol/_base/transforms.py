@@ -74,9 +74,20 @@ def _checked_inverse(t: Any, c: Any, inside: Any, must: str, fn: Any) -> jax.Arr
     ok = np.asarray(inside(arr))
     if not np.all(ok):
         raise ValueError(f"{_describe_bad(arr, ok)} is outside the domain of {t!r}: it must {must}")
+    ok = np.isfinite(arr) if np.issubdtype(arr.dtype, np.inexact) else np.ones(arr.shape, bool)
+    if not np.all(ok):  # inf (inside a domain unbounded above): no finite parameter maps there
+        raise ValueError(f"{_describe_bad(arr, ok)} of {t!r} is not finite: give a finite value")
     dtype = _eager_dtype(c)
+    with np.errstate(over="ignore"):  # float64 1e39 is float32 inf
+        cast = np.asarray(arr, dtype)
+    ok = np.isfinite(cast)
+    if not np.all(ok):
+        raise ValueError(
+            f"{_describe_bad(arr, ok)} of {t!r} overflows {np.dtype(dtype).name}: compute in "
+            "float64 (jax.config.update('jax_enable_x64', True)) or rescale the parameter"
+        )
     out = _elementwise(c, fn)
-    ok = np.asarray(inside(np.asarray(arr, dtype))) & np.isfinite(np.asarray(out))
+    ok = np.asarray(inside(cast)) & np.isfinite(np.asarray(out))
     if not np.all(ok):
         raise ValueError(
             f"{_describe_bad(arr, ok)} is too close to the boundary of the domain of {t!r} "

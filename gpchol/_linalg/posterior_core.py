@@ -376,11 +376,15 @@ def relative_factor(
     of the largest variance), so ``C / s`` with ``s = max diag C`` is factored as
     ``C / s + j I`` for the first ``j`` of ``jitter`` that succeeds, and ``L = sqrt(s)
     L_s``. With ``eigen``, when every ``j`` fails: ``C / s = Q diag(w) Q^T`` with the
-    negative ``w`` (rounding) set to 0, ``A = Q diag(sqrt(w))`` and ``A^T = Q_r R``, so
-    ``A A^T = R^T R`` and ``L_s = R^T`` with its columns' signs made positive (the
-    closest positive semi-definite matrix in the Frobenius norm, Higham 1988; ``L`` may
-    have zeros on its diagonal). ``status``: 0, or LAPACK's ``info`` of the last attempt
-    when ``L`` is NaN.
+    negative ``w`` set to 0 (the closest positive semi-definite matrix in the Frobenius
+    norm, Higham 1988), ``A = Q diag(sqrt(w))`` and ``A^T = Q_r R``, so ``A A^T = R^T R``
+    and ``L_s = R^T`` with its columns' signs made positive (``L`` may have zeros on its
+    diagonal). Only rounding is clipped so: a ``w`` below ``-10 sqrt(m eps)`` of the largest
+    ``|w|`` (a bound well above the rounding measured: ``-1e-2`` at ``m = 3000`` in float32,
+    where the bound is ``0.19``) means ``C`` is not positive semi-definite (a kernel that is
+    not), and ``L`` is NaN. This branch has no useful derivative (NaN), and under ``vmap``
+    (where the condition becomes a select) it is computed for every element. ``status``: 0, or
+    LAPACK's ``info`` of the last jitter tried when ``L`` is NaN.
     """
     scale = jnp.maximum(jnp.max(jnp.diagonal(C)), jnp.finfo(C.dtype).tiny)
     Cs = C / scale
@@ -391,7 +395,11 @@ def relative_factor(
             w, Q = jnp.linalg.eigh(0.5 * (Cs + Cs.T))
             R = jnp.linalg.qr((Q * jnp.sqrt(jnp.maximum(w, 0.0))).T, mode="r")
             L = R.T * jnp.where(jnp.diagonal(R) < 0, -1.0, 1.0).astype(R.dtype)
-            return L, jnp.where(jnp.all(jnp.isfinite(L)), 0, status).astype(status.dtype)
+            tol = (
+                10 * math.sqrt(Cs.shape[-1] * float(jnp.finfo(Cs.dtype).eps)) * jnp.max(jnp.abs(w))
+            )
+            ok = (jnp.min(w) >= -tol) & jnp.all(jnp.isfinite(L))
+            return jnp.where(ok, L, jnp.nan), jnp.where(ok, 0, status).astype(status.dtype)
 
         Ls, status = lax.cond(status != 0, clipped, lambda _: (Ls, status), None)
     return jnp.sqrt(scale) * Ls, status
@@ -425,20 +433,28 @@ def gaussian_samples(
 
 
 def warn_if_failed(
-    status: jax.Array, jitter: tuple[float, ...], what: str, stacklevel: int
+    status: jax.Array, jitter: tuple[float, ...], eigen: bool, what: str, stacklevel: int
 ) -> None:
-    """A ``RuntimeWarning`` when a concrete ``status`` of :func:`relative_factor` says the
-    covariance could not be factored (the samples are NaN); nothing under a trace.
-    ``stacklevel`` as :func:`warnings.warn`'s, counted from the caller."""
-    if is_concrete(status) and int(np.max(np.asarray(status), initial=0)) != 0:
-        tried = f"even with a jitter of {max(jitter):g} times its largest variance"
-        warnings.warn(
-            f"{what}: the covariance of the test points could not be factored "
-            f"{tried if max(jitter) > 0 else 'without jitter'}, so the samples are NaN; pass "
-            'jitter="auto" or a larger jitter (e.g. 1e-3), or check the covariance for NaN.',
-            RuntimeWarning,
-            stacklevel=stacklevel + 1,
+    """A ``RuntimeWarning`` when a concrete ``status`` of :func:`relative_factor` (with
+    ``jitter`` and ``eigen``) says the covariance could not be factored (the samples are
+    NaN); nothing under a trace. ``stacklevel`` as :func:`warnings.warn`'s, counted from
+    the caller."""
+    if not (is_concrete(status) and int(np.max(np.asarray(status), initial=0)) != 0):
+        return
+    head = f"{what}: the covariance of the test points could not be factored"
+    if eigen:
+        text = (
+            f"{head} with jitters up to {max(jitter):g} times its largest variance, nor by its "
+            "eigendecomposition: it has NaN or inf, or eigenvalues too negative to be rounding "
+            "(is the kernel positive definite?), so the samples are NaN."
         )
+    else:
+        tried = f"even with a jitter of {max(jitter):g} times its largest variance"
+        text = (
+            f"{head} {tried if max(jitter) > 0 else 'without jitter'}, so the samples are NaN; "
+            'pass jitter="auto" or a larger jitter (e.g. 1e-3).'
+        )
+    warnings.warn(text, RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 # ------------------------------------------------------------------ the entry points
@@ -526,7 +542,7 @@ def sample(
     if x.shape[0] == 0:
         return jnp.zeros((k, 0, *solver.outputs), x.dtype)
     z, status = _sample_program(solver, key, x, part, nz, b=b, num=k, jitter=rel, eigen=eigen)
-    warn_if_failed(status, rel, "sample", stacklevel=3)  # the user's call of a sample method
+    warn_if_failed(status, rel, eigen, "sample", stacklevel=3)  # the user's sample call
     return z
 
 
