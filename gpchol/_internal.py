@@ -31,13 +31,14 @@ that the package's private modules can be rearranged without touching them.
 * ``triangular``: the triangular solve and Cholesky primitives every one-device path
   calls (batches run one matrix after another on the CPU);
 * :class:`Below`: the transform onto ``(-inf, high)`` that the scikit-learn estimator uses
-  for a bound above only.
+  for a bound above only; :class:`LogPositive`, the log-scale one of the estimator and the
+  command line.
 """
 
 from gpchol import _persist as persist_module
 from gpchol._base import io
 from gpchol._base import platform as platform_module
-from gpchol._base.transforms import Below
+from gpchol._base.transforms import Below, LogPositive
 from gpchol._cpu import ffi as cpu_ffi
 from gpchol._cuda import ffi as cuda_ffi
 from gpchol._fit import batched as fit_batched_module
@@ -58,6 +59,7 @@ from gpchol.distributed import _local as distributed_local
 
 __all__ = [
     "Below",
+    "LogPositive",
     "backend",
     "checkpoint_module",
     "cho_inverse_tiled",

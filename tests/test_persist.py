@@ -581,10 +581,10 @@ def test_a_manifest_that_is_not_a_plain_file_is_refused(tmp_path: pathlib.Path) 
 
 def test_npz_bytes_refuses_object_fields() -> None:
     # np.savez pickles an object field of a structured dtype: a file load could not read
-    from gpchol._base.io import npz_bytes
+    from gpchol._internal import io
 
     with pytest.raises(TypeError, match=r"'a' has dtype .*Python objects"):
-        npz_bytes({"a": np.zeros(2, dtype=[("f", object)])})
+        io.npz_bytes({"a": np.zeros(2, dtype=[("f", object)])})
 
 
 def test_unsaveable_objects_are_refused_with_their_place(tmp_path: pathlib.Path) -> None:

@@ -13,8 +13,7 @@ from gpchol import (
     to_constrained,
     to_unconstrained,
 )
-from gpchol._base.transforms import LogPositive
-from gpchol._internal import Below
+from gpchol._internal import Below, LogPositive
 
 
 @pytest.fixture
