@@ -201,7 +201,7 @@ def as_mean(obj: Any) -> Mean:
         return obj
     if is_scalar(obj):
         return Constant(obj)
-    if isinstance(obj, (np.ndarray, jax.Array)):
+    if isinstance(obj, (np.ndarray, jax.Array)) and obj.dtype != np.bool_:
         raise TypeError(
             f"a mean must be None, a scalar, a Mean or a callable X -> (n,); got an array "
             f"of shape {np.shape(obj)}. To use fixed per-point values, subtract them from y."

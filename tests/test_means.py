@@ -104,7 +104,11 @@ def test_as_mean():
     np.testing.assert_allclose(np.asarray(out), 3.0)
 
 
-@pytest.mark.parametrize("bad", [np.ones(3), "zero", True, object()])
+@pytest.mark.parametrize(
+    "bad",
+    [np.ones(3), "zero", True, object(), np.bool_(True), jnp.asarray(True)],  # NumPy's, JAX's
+    ids=["vector", "string", "bool", "object", "numpy-bool", "jax-bool"],  # bools were means
+)
 def test_as_mean_rejects_other_things(bad):
     with pytest.raises(TypeError, match="a mean must be"):
         means.as_mean(bad)

@@ -131,12 +131,17 @@ def scalar_param(value: Any, dtype: Any, name: str) -> jax.Array:
 
 
 def is_scalar(value: Any) -> bool:
-    """True for a real number or a 0-d array (a bool is not a scalar parameter)."""
+    """True for a real number or a 0-d array (a bool, Python's or an array's, is not a
+    scalar parameter)."""
     if isinstance(value, bool):
         return False
     if isinstance(value, numbers.Real):
         return True
-    return isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.ndim(value) == 0
+    return (
+        isinstance(value, (np.ndarray, np.generic, jax.Array))
+        and np.ndim(value) == 0
+        and value.dtype != np.bool_
+    )
 
 
 class AttrPytree:
