@@ -435,6 +435,8 @@ def test_inducing_points_are_distinct_rows_even_with_repeated_inputs(method):
         ({"noise": -1.0}, "noise .*> 0"),
         ({"noise": np.nan}, "noise .*> 0"),
         ({"noise": np.ones(7)}, "noise must be a scalar variance or have shape \\(30,\\)"),
+        ({"noise": 0.1 + 5j}, "noise must be a real variance .* complex"),  # was its real part
+        ({"noise": True}, "noise must be a real variance .* bool"),
         ({"block_size": 0}, "block_size"),
         ({"X": np.full((30, 2), np.nan)}, "X has NaN"),
     ],

@@ -138,6 +138,24 @@ def check_int(
     return int(k)
 
 
+def real_variance(noise: Any, dtype: Any) -> jax.Array:
+    """``noise`` (a variance, any shape) as a floating JAX array: an integer one cast to
+    ``dtype``, a complex or boolean one refused (a complex noise was cast to its real part
+    with a hidden DeprecationWarning).
+
+    Example:
+        >>> real_variance(1, "float32").dtype
+        dtype('float32')
+    """
+    noise = jnp.asarray(noise)
+    if jnp.issubdtype(noise.dtype, jnp.complexfloating) or noise.dtype == jnp.bool_:
+        raise TypeError(
+            f"noise must be a real variance (a float or an array of floats); got dtype "
+            f"{noise.dtype}."
+        )
+    return noise if jnp.issubdtype(noise.dtype, jnp.floating) else noise.astype(dtype)
+
+
 def check_scalar_or_vector(shape: tuple[int, ...], n: int, name: str, per: str) -> None:
     """Raise ``ValueError`` unless ``shape`` is ``()``, ``(1,)`` or ``(n,)`` (one ``per``).
 

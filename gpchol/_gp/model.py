@@ -59,6 +59,7 @@ from gpchol._base.validate import (
     check_tile_size,
     input_mesh,
     is_concrete,
+    real_variance,
     residual_dtype,
 )
 from gpchol._gp.diagnostics import GPDiagnostics, diagnose_factor
@@ -367,14 +368,7 @@ class GaussianProcess(AttrPytree):
         if not isinstance(kernel, Kernel):
             kernel = as_kernel(kernel)  # a function f(x1, x2) -> scalar, or TypeError
         X = as_inputs(X)
-        noise = jnp.asarray(noise)
-        if jnp.issubdtype(noise.dtype, jnp.complexfloating) or noise.dtype == jnp.bool_:
-            raise TypeError(
-                f"noise must be a real variance (a float or an array of floats); got dtype "
-                f"{noise.dtype}."
-            )
-        if not jnp.issubdtype(noise.dtype, jnp.floating):
-            noise = noise.astype(X.dtype)
+        noise = real_variance(noise, X.dtype)
         n = X.shape[0]
         check_scalar_or_vector(noise.shape, n, "noise", "variance per training point")
         _concrete_check(X, noise)

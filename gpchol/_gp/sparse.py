@@ -62,6 +62,7 @@ from gpchol._base.validate import (
     check_jitter,
     input_mesh,
     is_concrete,
+    real_variance,
 )
 from gpchol._gp.posterior import KernelPrior, model_part
 from gpchol._linalg import posterior_core as core
@@ -354,9 +355,7 @@ class SparseGP(AttrPytree):
             )
         if not jnp.issubdtype(Z.dtype, jnp.floating):
             Z = Z.astype(X.dtype)
-        noise = jnp.asarray(noise)
-        if not jnp.issubdtype(noise.dtype, jnp.floating):
-            noise = noise.astype(X.dtype)
+        noise = real_variance(noise, X.dtype)
         if noise.ndim > 1 or (noise.ndim == 1 and noise.shape[0] not in (1, n)):
             raise ValueError(
                 f"noise must be a scalar variance or have shape ({n},), one variance per "
