@@ -74,7 +74,7 @@ def _checked_inverse(t: Any, c: Any, inside: Any, must: str, fn: Any) -> jax.Arr
     ok = np.asarray(inside(arr))
     if not np.all(ok):
         raise ValueError(f"{_describe_bad(arr, ok)} is outside the domain of {t!r}: it must {must}")
-    ok = np.isfinite(arr) if np.issubdtype(arr.dtype, np.inexact) else np.ones(arr.shape, bool)
+    ok = np.isfinite(arr)
     if not np.all(ok):  # inf (inside a domain unbounded above): no finite parameter maps there
         raise ValueError(f"{_describe_bad(arr, ok)} of {t!r} is not finite: give a finite value")
     dtype = _eager_dtype(c)
