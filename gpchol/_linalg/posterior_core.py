@@ -392,7 +392,7 @@ def relative_factor(
     if eigen:
 
         def clipped(_: None) -> tuple[jax.Array, jax.Array]:
-            w, Q = jnp.linalg.eigh(0.5 * (Cs + Cs.T))
+            w, Q = jnp.linalg.eigh(Cs)  # symmetrizes its input itself
             R = jnp.linalg.qr((Q * jnp.sqrt(jnp.maximum(w, 0.0))).T, mode="r")
             L = R.T * jnp.where(jnp.diagonal(R) < 0, -1.0, 1.0).astype(R.dtype)
             tol = (
